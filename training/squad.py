@@ -1,0 +1,182 @@
+"""SQuAD v1.1 / v2.0 files -> windowed question-answering features, and logits -> answer text.
+
+A context longer than the window is split into overlapping windows (`doc_stride` tokens shared by neighbours,
+as `stride` in Hugging Face tokenizers). An answer that does not lie wholly inside a window is pointed at [CLS]
+(position 0), as are unanswerable v2.0 questions. Decoding maps token spans back to context characters through
+the tokenizer's offsets and keeps the best start <= end span (length capped) across all windows of an example.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from training.data import DataError, Feature
+
+
+@dataclass(frozen=True)
+class SquadExample:
+    qas_id: str
+    question: str
+    context: str
+    answer_texts: list[str]
+    answer_starts: list[int]
+    is_impossible: bool = False
+
+
+@dataclass
+class SquadWindow:
+    """One window's model inputs plus what decoding needs: its example and each token's context offsets."""
+
+    example_index: int
+    feature: Feature
+    context_offsets: list[tuple[int, int] | None] = field(default_factory=list)
+
+
+def parse_article_range(text: str) -> slice:
+    """'0:16' -> slice(0, 16); '16:' -> slice(16, None); '3' -> slice(3, 4)."""
+    try:
+        if ":" not in text:
+            index = int(text)
+            return slice(index, index + 1)
+        start, stop = text.split(":", 1)
+        return slice(int(start) if start else None, int(stop) if stop else None)
+    except ValueError:
+        raise DataError(f"--articles {text!r}: expected START:STOP article indices, e.g. 0:16") from None
+
+
+def read_squad(path: Path, articles: slice | None = None, max_questions: int | None = None) -> list[SquadExample]:
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise DataError(f"{path}: not valid JSON ({error.msg} at line {error.lineno})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+        raise DataError(f"{path}: not a SQuAD file (expected an object with a 'data' list of articles)")
+    selected = document["data"][articles] if articles is not None else document["data"]
+    examples: list[SquadExample] = []
+    try:
+        for article in selected:
+            for paragraph in article["paragraphs"]:
+                context = paragraph["context"]
+                for qa in paragraph["qas"]:
+                    answers = qa.get("answers", [])
+                    examples.append(
+                        SquadExample(
+                            qas_id=str(qa["id"]),
+                            question=qa["question"].strip(),
+                            context=context,
+                            answer_texts=[a["text"] for a in answers],
+                            answer_starts=[int(a["answer_start"]) for a in answers],
+                            is_impossible=bool(qa.get("is_impossible", False)),
+                        )
+                    )
+    except (KeyError, TypeError) as error:
+        raise DataError(f"{path}: not a SQuAD file (missing field {error})") from None
+    if not examples:
+        where = f" in articles {articles.start}:{articles.stop}" if articles else ""
+        raise DataError(f"{path}: no questions found{where}")
+    return examples[:max_questions] if max_questions else examples
+
+
+def _answer_token_span(offsets: Sequence[tuple[int, int]], start_char: int, end_char: int) -> tuple[int, int] | None:
+    """First and last token (indices into `offsets`) overlapping [start_char, end_char), or None."""
+    covering = [i for i, (s, e) in enumerate(offsets) if s < end_char and e > start_char]
+    return (covering[0], covering[-1]) if covering else None
+
+
+def window_examples(
+    examples: Sequence[SquadExample],
+    tokenizer: Tokenizer,
+    max_length: int = 384,
+    doc_stride: int = 128,
+    max_query_length: int = 64,
+) -> list[SquadWindow]:
+    """[CLS] question [SEP] context-window [SEP]; start/end positions point at [CLS] when the answer is outside."""
+    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    if cls_id is None or sep_id is None:
+        raise DataError("tokenizer has no [CLS] or [SEP] token")
+    questions = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
+    contexts = tokenizer.encode_batch([e.context for e in examples], add_special_tokens=False)
+    windows: list[SquadWindow] = []
+    for example_index, (example, question, context) in enumerate(zip(examples, questions, contexts, strict=True)):
+        question_ids = question.ids[:max_query_length]
+        room = max_length - len(question_ids) - 3
+        if room <= doc_stride:
+            raise DataError(
+                f"--max-length {max_length} leaves {room} context tokens per window, not more than "
+                f"--doc-stride {doc_stride}; raise --max-length or lower --doc-stride"
+            )
+        answer_span = None
+        if example.answer_texts and not example.is_impossible:
+            start_char = example.answer_starts[0]
+            answer_span = _answer_token_span(context.offsets, start_char, start_char + len(example.answer_texts[0]))
+        window_start = 0
+        while True:
+            window_ids = context.ids[window_start : window_start + room]
+            prefix = len(question_ids) + 2
+            input_ids = [cls_id, *question_ids, sep_id, *window_ids, sep_id]
+            token_type_ids = [0] * prefix + [1] * (len(window_ids) + 1)
+            offsets: list[tuple[int, int] | None] = [None] * prefix
+            offsets += [*context.offsets[window_start : window_start + len(window_ids)], None]
+            start_position = end_position = 0
+            window_end = window_start + len(window_ids) - 1
+            if answer_span is not None and answer_span[0] >= window_start and answer_span[1] <= window_end:
+                start_position = answer_span[0] - window_start + prefix
+                end_position = answer_span[1] - window_start + prefix
+            feature = {
+                "input_ids": input_ids,
+                "token_type_ids": token_type_ids,
+                "start_positions": [start_position],
+                "end_positions": [end_position],
+            }
+            windows.append(SquadWindow(example_index, feature, offsets))
+            if window_start + room >= len(context.ids):
+                break
+            window_start += room - doc_stride
+    return windows
+
+
+def decode_answers(
+    examples: Sequence[SquadExample],
+    windows: Sequence[SquadWindow],
+    start_logits: Sequence[np.ndarray],
+    end_logits: Sequence[np.ndarray],
+    n_best: int = 20,
+    max_answer_length: int = 30,
+    allow_impossible: bool = False,
+) -> dict[str, str]:
+    """Best context span per example across its windows; '' when v2.0 null ([CLS]) scores higher."""
+    best: dict[int, tuple[float, str]] = {}
+    null_score: dict[int, float] = {}
+    for window, starts, ends in zip(windows, start_logits, end_logits, strict=True):
+        offsets = window.context_offsets
+        index = window.example_index
+        context = examples[index].context
+        null_score[index] = min(null_score.get(index, np.inf), float(starts[0] + ends[0]))
+        top_starts = np.argsort(starts[: len(offsets)])[::-1][:n_best]
+        top_ends = np.argsort(ends[: len(offsets)])[::-1][:n_best]
+        for start in top_starts:
+            start_offset = offsets[start]
+            if start_offset is None:
+                continue
+            for end in top_ends:
+                end_offset = offsets[end]
+                if end_offset is None or end < start or end - start + 1 > max_answer_length:
+                    continue
+                score = float(starts[start] + ends[end])
+                if index not in best or score > best[index][0]:
+                    best[index] = (score, context[start_offset[0] : end_offset[1]])
+    predictions: dict[str, str] = {}
+    for index, example in enumerate(examples):
+        score, text = best.get(index, (-np.inf, ""))
+        if allow_impossible and null_score.get(index, -np.inf) > score:
+            text = ""
+        predictions[example.qas_id] = text
+    return predictions
