@@ -97,6 +97,8 @@ class BertConfig:
 
 
 class BertEmbeddings(nn.Module):
+    position_ids: torch.Tensor
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
