@@ -1,0 +1,17 @@
+"""HTTP routers, one per resource."""
+
+from fastapi import APIRouter
+
+from service.api import health, metrics, models, tasks
+
+ROUTERS: tuple[APIRouter, ...] = (
+    models.router,
+    tasks.text_classification_router,
+    tasks.question_answering_router,
+    tasks.token_classification_router,
+    tasks.fill_mask_router,
+    health.router,
+    metrics.router,
+)
+
+__all__ = ["ROUTERS"]

@@ -1,0 +1,82 @@
+"""``python -m service --models DIR [--model NAME=PATH ...]``: serve bundles over HTTP.
+
+Flags mirror the settings (``BERTSERVE_*`` environment variables); flags win. Every bundle is
+loaded before the server starts, so a bad bundle stops start-up with one line naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from model_export.bundle import BundleError
+from service.settings import Settings
+
+logger = logging.getLogger("service")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m service", description="Serve fine-tuned BERT bundles over HTTP.")
+    parser.add_argument("--models", dest="models_dir", type=Path, help="serve every bundle folder under DIR")
+    parser.add_argument("--model", dest="models", action="append", metavar="NAME=PATH", help="add one bundle")
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--intra-op-threads", type=int)
+    parser.add_argument("--max-batch-tokens", type=int)
+    parser.add_argument("--max-batch-size", type=int)
+    parser.add_argument("--max-wait-ms", type=float)
+    parser.add_argument("--max-queue", type=int)
+    parser.add_argument("--timeout-s", type=float)
+    parser.add_argument("--max-body-bytes", type=int)
+    parser.add_argument("--max-inputs-per-request", type=int)
+    parser.add_argument("--prepare-threads", type=int)
+    parser.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    return parser
+
+
+def settings_from_args(argv: list[str] | None = None) -> Settings:
+    args = build_parser().parse_args(argv)
+    overrides: dict[str, Any] = {key: value for key, value in vars(args).items() if value is not None}
+    return Settings(**overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        settings = settings_from_args(argv)
+    except ValidationError as exc:
+        print(f"bertserve: error: bad settings: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        sources = settings.model_sources()
+    except FileNotFoundError as exc:
+        print(f"bertserve: error: {exc}", file=sys.stderr)
+        return 2
+    if not sources:
+        print("bertserve: error: no models to serve (use --models DIR or --model NAME=PATH)", file=sys.stderr)
+        return 2
+
+    from service.app import create_app
+    from service.registry import load_engines
+
+    try:
+        engines = load_engines(sources, settings)
+    except BundleError as exc:
+        name = next((name for name, path in sources.items() if str(path) == exc.path), exc.path)
+        print(f"bertserve: error: cannot serve model {name}: {exc}", file=sys.stderr)
+        return 1
+
+    import uvicorn
+
+    app = create_app(settings, engines=engines)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, timeout_graceful_shutdown=30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

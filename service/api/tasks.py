@@ -1,0 +1,58 @@
+"""The four task routes. Each validates its body, picks the engine and runs the shared path."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from service.api.deps import TASK_ERROR_RESPONSES, RegistryDep, SettingsDep, run_task
+from service.schemas import (
+    FillMaskRequest,
+    FillMaskResponse,
+    QuestionAnsweringRequest,
+    QuestionAnsweringResponse,
+    TextClassificationRequest,
+    TextClassificationResponse,
+    TokenClassificationRequest,
+    TokenClassificationResponse,
+)
+
+text_classification_router = APIRouter(tags=["text-classification"])
+question_answering_router = APIRouter(tags=["question-answering"])
+token_classification_router = APIRouter(tags=["token-classification"])
+fill_mask_router = APIRouter(tags=["fill-mask"])
+
+
+@text_classification_router.post(
+    "/v1/text-classification", response_model=TextClassificationResponse, responses=TASK_ERROR_RESPONSES
+)
+async def text_classification(
+    body: TextClassificationRequest, request: Request, registry: RegistryDep, settings: SettingsDep
+) -> Response:
+    """Label texts or text pairs (transformers' text-classification pipeline semantics)."""
+    return await run_task(request, body, registry, settings)
+
+
+@question_answering_router.post(
+    "/v1/question-answering", response_model=QuestionAnsweringResponse, responses=TASK_ERROR_RESPONSES
+)
+async def question_answering(
+    body: QuestionAnsweringRequest, request: Request, registry: RegistryDep, settings: SettingsDep
+) -> Response:
+    """Extract answer spans from contexts (transformers' question-answering pipeline semantics)."""
+    return await run_task(request, body, registry, settings)
+
+
+@token_classification_router.post(
+    "/v1/token-classification", response_model=TokenClassificationResponse, responses=TASK_ERROR_RESPONSES
+)
+async def token_classification(
+    body: TokenClassificationRequest, request: Request, registry: RegistryDep, settings: SettingsDep
+) -> Response:
+    """Find entities in texts (transformers' token-classification pipeline semantics)."""
+    return await run_task(request, body, registry, settings)
+
+
+@fill_mask_router.post("/v1/fill-mask", response_model=FillMaskResponse, responses=TASK_ERROR_RESPONSES)
+async def fill_mask(body: FillMaskRequest, request: Request, registry: RegistryDep, settings: SettingsDep) -> Response:
+    """Predict the tokens behind mask tokens (transformers' fill-mask pipeline semantics)."""
+    return await run_task(request, body, registry, settings)

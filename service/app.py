@@ -1,0 +1,120 @@
+"""``create_app(settings)``: the FastAPI app, its error mapping and its lifespan.
+
+The lifespan loads the engines (unless they were built already, as ``python -m service`` does to
+fail fast on a bad bundle), starts and warms them up in the background (``/health/ready`` is 503
+until that is done), and on shutdown turns readiness off, drains queued work and stops the workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.api import ROUTERS
+from service.engine import Engine
+from service.errors import ServiceError, error_body, http_error_type
+from service.metrics import ServiceMetrics
+from service.middleware import BodyLimitMiddleware, MetricsMiddleware
+from service.registry import ModelRegistry, load_engines
+from service.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+API_DESCRIPTION = """Pipeline-exact answers for fine-tuned BERT models (ONNX Runtime, token-budget batching).
+
+Every task route takes one input or a list of inputs and answers `{"model", "results"}` where
+`results` has one entry per input: **a single (non-list) input still gets a list of one**.
+Every error has the body `{"error": {"type", "message"}}`.
+"""
+
+
+def _service_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
+
+
+def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    problems = []
+    for error in exc.errors()[:5]:
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        problems.append(f"{where}: {error.get('msg', 'invalid')}")
+    return JSONResponse(error_body("validation_error", "; ".join(problems) or "invalid request"), status_code=422)
+
+
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    return JSONResponse(
+        error_body(http_error_type(exc.status_code), message), status_code=exc.status_code, headers=exc.headers
+    )
+
+
+def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return JSONResponse(error_body("internal_error", f"internal error: {type(exc).__name__}"), status_code=500)
+
+
+def create_app(settings: Settings | None = None, engines: Mapping[str, Engine] | None = None) -> FastAPI:
+    """The service app; ``engines``: already loaded engines (else the lifespan loads ``settings``' models)."""
+    settings = settings or Settings()
+    metrics = ServiceMetrics()
+    executor = ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix="bertserve-prepare")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if engines is None:
+            loaded = await asyncio.to_thread(load_engines, settings.model_sources(), settings, executor)
+        else:
+            loaded = dict(engines)
+        for name, engine in loaded.items():
+            if engine.worker.observer is None:
+                engine.worker.observer = metrics.observer(name)
+            metrics.watch_queue(name, lambda batcher=engine.batcher: batcher.queue_depth)
+        registry = ModelRegistry(loaded)
+        app.state.registry = registry
+        starting = asyncio.create_task(registry.start_all())
+        starting.add_done_callback(_log_start_failure)
+        try:
+            yield
+        finally:
+            registry.shutting_down = True
+            if not starting.done():
+                starting.cancel()
+            await registry.stop_all(drain=True)
+            executor.shutdown(wait=False)
+            logger.info("stopped")
+
+    app = FastAPI(
+        title="bertserve",
+        version="0.1.0",
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.executor = executor
+    app.state.registry = ModelRegistry({})
+    for router in ROUTERS:
+        app.include_router(router)
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)
+    known_paths = frozenset(getattr(route, "path", "") for route in app.routes)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics, known_paths=known_paths)
+    return app
+
+
+def _log_start_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.critical("start-up failed; the service stays not ready", exc_info=task.exception())

@@ -1,0 +1,287 @@
+"""Queue of model rows from many requests, cut into padded-token-budgeted batches.
+
+The event loop submits a request's rows and awaits one future; the model's worker thread calls
+``next_batch`` (blocking) and then ``complete`` or ``fail``. Futures are resolved on their own
+loop with ``call_soon_threadsafe``, once per batch and loop. Rows of cancelled, timed-out or
+failed requests are dropped before they reach the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from service.errors import NotReady, Overloaded, RequestTimeout, ServiceError
+from service.tasks.base import Sequence
+
+RowOutputs = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPolicy:
+    max_batch_tokens: int = 8192  # padded: rows x longest row
+    max_batch_size: int = 32
+    max_wait_s: float = 0.002
+    max_queue: int = 1024  # rows
+    lookahead: int = 128  # queued rows considered when grouping similar lengths
+
+
+@dataclass(slots=True, eq=False)
+class PendingRequest:
+    """One request's rows in flight. ``cancelled`` is set on the loop; the rest only by the worker."""
+
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[list[RowOutputs]]
+    outputs: list[RowOutputs | None]
+    remaining: int
+    cancelled: bool = False
+    failed: bool = False
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def live(self) -> bool:
+        return not (self.cancelled or self.failed)
+
+
+@dataclass(slots=True, eq=False)
+class WorkItem:
+    request: PendingRequest
+    index: int  # position among the request's rows
+    sequence: Sequence
+    length: int
+    enqueued_at: float
+
+
+@dataclass(slots=True)
+class Batch:
+    items: list[WorkItem]  # sorted by length, shortest first
+    formed_at: float = field(default_factory=time.perf_counter)
+
+    @property
+    def longest(self) -> int:
+        return self.items[-1].length
+
+    @property
+    def padded_tokens(self) -> int:
+        return len(self.items) * self.longest
+
+    @property
+    def real_tokens(self) -> int:
+        return sum(item.length for item in self.items)
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        return [item.sequence for item in self.items]
+
+
+def choose_rows(lengths: list[int], max_tokens: int, max_size: int) -> list[int]:
+    """Indices of rows for one batch, shortest first; always includes row 0 (the oldest).
+
+    Starting from the oldest row, grow a run of neighbours in length order, each time taking the
+    neighbour that adds the least padding, while ``rows x longest <= max_tokens``. A row longer
+    than the whole budget goes alone.
+    """
+    order = sorted(range(len(lengths)), key=lambda k: (lengths[k], k))
+    lo = hi = order.index(0)
+    longest = lengths[0]
+    count = 1
+    while count < max_size:
+        left = order[lo - 1] if lo > 0 else None
+        right = order[hi + 1] if hi + 1 < len(order) else None
+        left_waste = longest - lengths[left] if left is not None and (count + 1) * longest <= max_tokens else None
+        right_waste = (
+            count * (lengths[right] - longest)
+            if right is not None and (count + 1) * lengths[right] <= max_tokens
+            else None
+        )
+        if left_waste is None and right_waste is None:
+            break
+        if right_waste is None or (left_waste is not None and left_waste <= right_waste):
+            lo -= 1
+        else:
+            hi += 1
+            longest = lengths[order[hi]]
+        count += 1
+    return order[lo : hi + 1]
+
+
+def _resolve(requests: list[PendingRequest]) -> None:
+    for request in requests:
+        if request.timer is not None:
+            request.timer.cancel()
+        if not request.future.done():
+            request.future.set_result(request.outputs)  # type: ignore[arg-type]
+
+
+def _reject(requests: list[PendingRequest], error: BaseException) -> None:
+    for request in requests:
+        if request.timer is not None:
+            request.timer.cancel()
+        if not request.future.done():
+            request.future.set_exception(error)
+
+
+def _expire(request: PendingRequest, timeout_s: float) -> None:
+    request.cancelled = True
+    if not request.future.done():
+        request.future.set_exception(RequestTimeout(f"request timed out after {timeout_s:g} s"))
+
+
+class Batcher:
+    def __init__(self, policy: BatchPolicy, name: str = "model") -> None:
+        self.policy = policy
+        self.name = name
+        self._queue: list[WorkItem] = []
+        self._cond = threading.Condition(threading.Lock())
+        self._closed = False
+        self._rows_per_s = 0.0
+        self.dropped_rows = 0
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def submit(self, sequences: list[Sequence], timeout_s: float | None = None) -> PendingRequest:
+        """Queue one request's rows (on the event loop); raise Overloaded when the queue is full."""
+        loop = asyncio.get_running_loop()
+        request = PendingRequest(loop, loop.create_future(), [None] * len(sequences), len(sequences))
+        if not sequences:
+            request.future.set_result([])
+            return request
+        now = time.perf_counter()
+        items = [WorkItem(request, i, seq, len(seq), now) for i, seq in enumerate(sequences)]
+        with self._cond:
+            if self._closed:
+                raise NotReady(f"model {self.name} is shutting down")
+            if len(self._queue) + len(items) > self.policy.max_queue:
+                self._purge_locked()
+                if len(self._queue) + len(items) > self.policy.max_queue:
+                    raise Overloaded(
+                        f"model {self.name} has {len(self._queue)} rows queued (limit {self.policy.max_queue})",
+                        retry_after_s=self._retry_after_locked(len(items)),
+                    )
+            self._queue.extend(items)
+            self._cond.notify()
+        if timeout_s is not None:
+            request.timer = loop.call_later(timeout_s, _expire, request, timeout_s)
+        return request
+
+    async def run(self, sequences: list[Sequence], timeout_s: float | None = None) -> list[RowOutputs]:
+        """Submit rows and wait for their outputs; a cancelled caller's rows never reach the model."""
+        request = self.submit(sequences, timeout_s)
+        try:
+            return await request.future
+        except BaseException:
+            request.cancelled = True
+            if request.timer is not None:
+                request.timer.cancel()
+            raise
+
+    def next_batch(self) -> Batch | None:
+        """Block until a batch is due (worker thread). None once closed and drained."""
+        max_wait = self.policy.max_wait_s
+        with self._cond:
+            while True:
+                if not self._queue:
+                    if self._closed:
+                        return None
+                    self._cond.wait()
+                    continue
+                wait = self._queue[0].enqueued_at + max_wait - time.perf_counter()
+                if wait > 0 and not self._closed and not self._can_fill_locked():
+                    self._cond.wait(wait)
+                    continue
+                batch = self._take_batch_locked()
+                if batch is not None:
+                    return batch
+
+    def complete(self, batch: Batch, rows: list[RowOutputs], elapsed_s: float) -> None:
+        """Hand each row's outputs to its request; resolve requests whose rows are all done."""
+        finished: dict[asyncio.AbstractEventLoop, list[PendingRequest]] = {}
+        for item, row in zip(batch.items, rows, strict=True):
+            request = item.request
+            if not request.live:
+                continue
+            request.outputs[item.index] = row
+            request.remaining -= 1
+            if request.remaining == 0:
+                finished.setdefault(request.loop, []).append(request)
+        for loop, requests in finished.items():
+            self._call_on(loop, _resolve, requests)
+        if elapsed_s > 0:
+            rate = len(batch.items) / elapsed_s
+            self._rows_per_s = rate if self._rows_per_s == 0 else 0.8 * self._rows_per_s + 0.2 * rate
+
+    def fail(self, batch: Batch, error: ServiceError) -> None:
+        """Fail every live request with a row in ``batch``; their other queued rows get dropped."""
+        failed: dict[asyncio.AbstractEventLoop, list[PendingRequest]] = {}
+        for item in batch.items:
+            request = item.request
+            if request.live:
+                request.failed = True
+                failed.setdefault(request.loop, []).append(request)
+        for loop, requests in failed.items():
+            self._call_on(loop, _reject, requests, error)
+
+    def close(self, drain: bool = True, error: ServiceError | None = None) -> None:
+        """Stop accepting rows. Without ``drain``, queued requests fail with ``error`` (default NotReady)."""
+        with self._cond:
+            self._closed = True
+            if not drain and self._queue:
+                self.fail(Batch(self._queue), error or NotReady(f"model {self.name} stopped"))
+                self._queue = []
+            self._cond.notify_all()
+
+    @staticmethod
+    def _call_on(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting any more
+            loop.call_soon_threadsafe(callback, *args)
+
+    def _can_fill_locked(self) -> bool:
+        if len(self._queue) >= self.policy.max_batch_size:
+            return True
+        return max(item.length for item in self._queue) * len(self._queue) >= self.policy.max_batch_tokens
+
+    def _purge_locked(self) -> None:
+        live = [item for item in self._queue if item.request.live]
+        self.dropped_rows += len(self._queue) - len(live)
+        self._queue = live
+
+    def _retry_after_locked(self, rows: int) -> int:
+        if self._rows_per_s <= 0:
+            return 1
+        return max(1, math.ceil((len(self._queue) + rows) / self._rows_per_s))
+
+    def _take_batch_locked(self) -> Batch | None:
+        queue = self._queue
+        candidates: list[WorkItem] = []
+        position = 0
+        while position < len(queue) and len(candidates) < self.policy.lookahead:
+            item = queue[position]
+            position += 1
+            if item.request.live:
+                candidates.append(item)
+            else:
+                self.dropped_rows += 1
+        if not candidates:
+            self._queue = queue[position:]
+            return None
+        chosen = choose_rows(
+            [item.length for item in candidates], self.policy.max_batch_tokens, self.policy.max_batch_size
+        )
+        chosen_set = set(chosen)
+        leftovers = [item for k, item in enumerate(candidates) if k not in chosen_set]
+        self._queue = leftovers + queue[position:]
+        return Batch([candidates[k] for k in chosen])

@@ -1,0 +1,210 @@
+"""One served model: bundle -> tokenizer context + task handler + batcher + worker. No FastAPI.
+
+engine = Engine.from_bundle(path, settings)
+await engine.start()                     # worker thread + one warm-up batch
+results = await engine.infer(inputs, params)
+await engine.stop(drain=True)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from model_export.bundle import Bundle, BundleError, read_bundle
+from service.batcher import Batcher, BatchPolicy
+from service.errors import BadRequest, NotReady, RequestTimeout
+from service.runtime import TOKEN_LEVEL_OUTPUTS, BatchObserver, ModelRunner, OrtRunner, Worker
+from service.settings import Settings
+from service.tasks.base import InputError, ModelContext, Prepared, Sequence, TaskHandler
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    name: str
+    task: str
+    labels: list[str]
+    max_length: int
+    quantization: str
+    precision: str
+
+
+def load_context(bundle: Bundle) -> ModelContext:
+    """The handler's view of a bundle: its tokenizer (no padding, no truncation) and label facts."""
+    spec = bundle.spec
+    try:
+        tokenizer = Tokenizer.from_file(str(bundle.tokenizer_path))
+    except Exception as exc:
+        raise BundleError(bundle.path, f"tokenizer.json cannot be loaded: {exc}") from exc
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+
+    def token_id(token: str) -> int:
+        found = tokenizer.token_to_id(token)
+        if found is None:
+            raise BundleError(bundle.path, f"tokenizer lacks the special token {token!r}")
+        return found
+
+    special = spec.special_tokens
+    return ModelContext(
+        tokenizer=tokenizer,
+        max_length=spec.max_length,
+        id2label=dict(spec.id2label),
+        problem_type=spec.problem_type,
+        mask_token=special.mask_token,
+        mask_token_id=token_id(special.mask_token),
+        cls_token_id=token_id(special.cls_token),
+        sep_token_id=token_id(special.sep_token),
+        pad_token_id=token_id(special.pad_token),
+    )
+
+
+def batch_policy(settings: Settings) -> BatchPolicy:
+    return BatchPolicy(
+        max_batch_tokens=settings.max_batch_tokens,
+        max_batch_size=settings.max_batch_size,
+        max_wait_s=settings.max_wait_ms / 1000.0,
+        max_queue=settings.max_queue,
+        lookahead=max(4 * settings.max_batch_size, 64),
+    )
+
+
+class Engine:
+    def __init__(
+        self,
+        name: str,
+        bundle: Bundle,
+        handler: TaskHandler,
+        context: ModelContext,
+        runner: ModelRunner,
+        settings: Settings,
+        executor: ThreadPoolExecutor | None = None,
+        observer: BatchObserver | None = None,
+    ) -> None:
+        self.name = name
+        self.bundle = bundle
+        self.handler = handler
+        self.context = context
+        self.settings = settings
+        self.batcher = Batcher(batch_policy(settings), name)
+        self.worker = Worker(
+            name, self.batcher, runner, context.pad_token_id, TOKEN_LEVEL_OUTPUTS[bundle.spec.task], observer
+        )
+        self._own_executor = executor is None
+        self._executor = executor or ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix=f"prepare-{name}")
+        self._started = False
+        self._warmed_up = False
+        self._stopping = False
+
+    @classmethod
+    def from_bundle(
+        cls,
+        path: Path | str,
+        settings: Settings | None = None,
+        name: str | None = None,
+        handler: TaskHandler | None = None,
+        executor: ThreadPoolExecutor | None = None,
+        observer: BatchObserver | None = None,
+    ) -> Engine:
+        """Read and check the bundle, load tokenizer and ORT session. Raises BundleError naming the folder."""
+        settings = settings or Settings()
+        bundle = read_bundle(path)
+        if handler is None:
+            from service.tasks import HANDLERS
+
+            if bundle.spec.task not in HANDLERS:
+                raise BundleError(bundle.path, f"the service does not serve task {bundle.spec.task!r}")
+            handler = HANDLERS[bundle.spec.task]
+        context = load_context(bundle)
+        try:
+            runner = OrtRunner(bundle.model_path, tuple(handler.output_names), settings.intra_op_threads)
+        except Exception as exc:
+            raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
+        return cls(name or bundle.path.name, bundle, handler, context, runner, settings, executor, observer)
+
+    @property
+    def task(self) -> str:
+        return self.bundle.spec.task
+
+    @property
+    def ready(self) -> bool:
+        return self._warmed_up and not self._stopping and self.worker.alive
+
+    @property
+    def info(self) -> ModelInfo:
+        spec = self.bundle.spec
+        return ModelInfo(
+            name=self.name,
+            task=spec.task,
+            labels=[spec.id2label[k] for k in sorted(spec.id2label)],
+            max_length=spec.max_length,
+            quantization=spec.quantization,
+            precision=spec.precision,
+        )
+
+    async def start(self) -> None:
+        """Start the worker and run one warm-up batch through the whole path."""
+        if not self._started:
+            self._started = True
+            self.worker.start()
+        if not self._warmed_up:
+            started = time.perf_counter()
+            ctx = self.context
+            ids = np.array([ctx.cls_token_id] + [ctx.mask_token_id] * 6 + [ctx.sep_token_id], dtype=np.int64)
+            await self.batcher.run([Sequence(ids, np.zeros_like(ids))], self.settings.timeout_s)
+            self._warmed_up = True
+            logger.info("model %s (%s) warmed up in %.3f s", self.name, self.task, time.perf_counter() - started)
+
+    async def infer(self, inputs: list[Any], params: Any) -> list[Any]:
+        """Run one request: prepare (thread pool) -> batcher -> postprocess; one result per input."""
+        if self._stopping or not self._started:
+            raise NotReady(f"model {self.name} is not accepting requests")
+        deadline = time.perf_counter() + self.settings.timeout_s
+        loop = asyncio.get_running_loop()
+        try:
+            prepared: list[Prepared] = await loop.run_in_executor(
+                self._executor, self.handler.prepare, self.context, inputs, params
+            )
+        except InputError as exc:
+            raise BadRequest(str(exc)) from exc
+        sequences = [seq for item in prepared for seq in item.sequences]
+        self._check_lengths(sequences)
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            raise RequestTimeout(f"request timed out after {self.settings.timeout_s:g} s")
+        rows = await self.batcher.run(sequences, remaining)
+        results: list[Any] = []
+        offset = 0
+        try:
+            for item in prepared:
+                count = len(item.sequences)
+                results.append(self.handler.postprocess(self.context, item, rows[offset : offset + count], params))
+                offset += count
+        except InputError as exc:
+            raise BadRequest(str(exc)) from exc
+        return results
+
+    async def stop(self, drain: bool = True, timeout_s: float = 30.0) -> None:
+        """Refuse new requests; finish (``drain``) or fail queued ones; stop the worker."""
+        self._stopping = True
+        self.batcher.close(drain=drain)
+        if self._started:
+            await asyncio.to_thread(self.worker.join, timeout_s)
+        if self._own_executor:
+            self._executor.shutdown(wait=False)
+
+    def _check_lengths(self, sequences: list[Sequence]) -> None:
+        limit = self.context.max_length
+        for seq in sequences:
+            if not 0 < len(seq) <= limit:
+                raise BadRequest(f"an input became {len(seq)} tokens; model {self.name} takes 1..{limit}")

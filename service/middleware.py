@@ -1,0 +1,103 @@
+"""Pure ASGI middlewares: request metrics (outermost) and the request body size limit."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.errors import PayloadTooLarge
+from service.metrics import ServiceMetrics
+
+
+async def send_error(send: Send, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
+    content = json.dumps(body).encode()
+    raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
+    raw_headers += [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": content})
+
+
+class MetricsMiddleware:
+    """Counts requests by route template and status, their latency, and how many are in flight."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics, known_paths: frozenset[str] = frozenset()) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.known_paths = known_paths  # labels requests answered before routing (e.g. 413) by their path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        started = time.perf_counter()
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            self.metrics.in_flight.dec()
+            route = scope.get("route")
+            template = getattr(route, "path", None)
+            if template is None:
+                template = scope["path"] if scope["path"] in self.known_paths else "unmatched"
+            self.metrics.requests.labels(template, str(status)).inc()
+            self.metrics.request_seconds.labels(template).observe(time.perf_counter() - started)
+
+
+class BodyLimitMiddleware:
+    """413 for a body over ``max_body_bytes``: by its Content-Length, or while it is read.
+
+    The body is read here in full (it is small by definition) and replayed to the app, so an
+    over-long chunked body never reaches JSON parsing. Later ``receive`` calls go to the server
+    (that is how the routes notice a client that went away).
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
+                await self._reject(send)
+                return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await self._reject(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _reject(self, send: Send) -> None:
+        error = PayloadTooLarge(f"request body is larger than {self.max_body_bytes} bytes")
+        await send_error(send, error.status_code, error.body(), error.headers())

@@ -1,0 +1,62 @@
+"""The loaded engines by name, the model-selection rules, and the service's readiness."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from service.engine import Engine
+from service.errors import BadRequest, ModelNotFound
+from service.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def load_engines(
+    sources: Mapping[str, Path],
+    settings: Settings,
+    executor: ThreadPoolExecutor | None = None,
+) -> dict[str, Engine]:
+    """Load every bundle; the first bad one raises BundleError naming its folder."""
+    return {name: Engine.from_bundle(path, settings, name=name, executor=executor) for name, path in sources.items()}
+
+
+class ModelRegistry:
+    def __init__(self, engines: Mapping[str, Engine]) -> None:
+        self.engines = dict(engines)
+        self.shutting_down = False
+        self.started = False
+
+    @property
+    def ready(self) -> bool:
+        return self.started and not self.shutting_down and all(engine.ready for engine in self.engines.values())
+
+    def select(self, task: str, name: str | None) -> Engine:
+        """The engine for a request: by name, or the only one serving ``task``."""
+        if name is not None:
+            engine = self.engines.get(name)
+            if engine is None:
+                known = ", ".join(sorted(self.engines)) or "none"
+                raise ModelNotFound(f"no model named {name!r} (loaded: {known})")
+            if engine.task != task:
+                raise BadRequest(f"model {name!r} serves {engine.task}, not {task}")
+            return engine
+        serving = sorted(engine_name for engine_name, engine in self.engines.items() if engine.task == task)
+        if len(serving) == 1:
+            return self.engines[serving[0]]
+        if not serving:
+            raise BadRequest(f"no loaded model serves {task}")
+        raise BadRequest(f"several models serve {task}; name one in 'model': {', '.join(serving)}")
+
+    async def start_all(self) -> None:
+        """Start and warm up every engine (concurrently); readiness turns true when all are done."""
+        await asyncio.gather(*(engine.start() for engine in self.engines.values()))
+        self.started = True
+        logger.info("serving %d model(s): %s", len(self.engines), ", ".join(sorted(self.engines)))
+
+    async def stop_all(self, drain: bool = True) -> None:
+        self.shutting_down = True
+        await asyncio.gather(*(engine.stop(drain=drain) for engine in self.engines.values()))

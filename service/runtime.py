@@ -1,0 +1,184 @@
+"""The worker thread that owns one model's ONNX Runtime session.
+
+It takes batches from the batcher, pads them, runs the session once per batch, cuts the outputs
+back into per-row arrays and hands them to the batcher. A failing batch fails only its own
+requests; the worker logs and keeps serving. If the thread itself dies, ``alive`` turns False.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from service.batcher import Batch, Batcher, RowOutputs
+from service.errors import InferenceError, NotReady
+from service.tasks.base import Sequence
+
+logger = logging.getLogger(__name__)
+
+# Outputs with one row per token, (B, T, ...); the others are one row per sequence, (B, ...).
+TOKEN_LEVEL_OUTPUTS: dict[str, frozenset[str]] = {
+    "text-classification": frozenset(),
+    "token-classification": frozenset({"logits"}),
+    "fill-mask": frozenset({"logits"}),
+    "question-answering": frozenset({"start_logits", "end_logits"}),
+    "feature-extraction": frozenset({"last_hidden_state"}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PaddedBatch:
+    input_ids: np.ndarray  # (B, T) int64
+    attention_mask: np.ndarray  # (B, T) int64
+    token_type_ids: np.ndarray  # (B, T) int64
+    lengths: list[int]
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        return {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "token_type_ids": self.token_type_ids,
+        }
+
+
+def pad_rows(sequences: list[Sequence], pad_token_id: int) -> PaddedBatch:
+    lengths = [len(seq) for seq in sequences]
+    longest = max(lengths)
+    input_ids = np.full((len(sequences), longest), pad_token_id, dtype=np.int64)
+    token_type_ids = np.zeros((len(sequences), longest), dtype=np.int64)
+    attention_mask = np.zeros((len(sequences), longest), dtype=np.int64)
+    for row, (seq, length) in enumerate(zip(sequences, lengths, strict=True)):
+        input_ids[row, :length] = seq.input_ids
+        token_type_ids[row, :length] = seq.token_type_ids
+        attention_mask[row, :length] = 1
+    return PaddedBatch(input_ids, attention_mask, token_type_ids, lengths)
+
+
+def split_rows(outputs: dict[str, np.ndarray], lengths: list[int], token_level: frozenset[str]) -> list[RowOutputs]:
+    """Per-row views: token-level outputs (B, T, ...) cut to (len, ...), the others (B, ...) -> (...)."""
+    rows: list[RowOutputs] = []
+    for row, length in enumerate(lengths):
+        rows.append(
+            {name: (array[row, :length] if name in token_level else array[row]) for name, array in outputs.items()}
+        )
+    return rows
+
+
+class ModelRunner(Protocol):
+    output_names: tuple[str, ...]
+
+    def run(self, batch: PaddedBatch) -> dict[str, np.ndarray]: ...
+
+
+class OrtRunner:
+    """One onnxruntime InferenceSession, configured for CPU serving."""
+
+    def __init__(self, model_path: Path, output_names: tuple[str, ...], intra_op_threads: int) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = intra_op_threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self.session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        found = {out.name for out in self.session.get_outputs()}
+        missing = [name for name in output_names if name not in found]
+        if missing:
+            raise ValueError(f"model.onnx lacks outputs {missing} (has {sorted(found)})")
+        self.output_names = output_names
+        self._input_names = [inp.name for inp in self.session.get_inputs()]
+
+    def run(self, batch: PaddedBatch) -> dict[str, np.ndarray]:
+        feeds = batch.feeds()
+        arrays = self.session.run(list(self.output_names), {name: feeds[name] for name in self._input_names})
+        return dict(zip(self.output_names, arrays, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    rows: int
+    padded_tokens: int
+    real_tokens: int
+    queue_seconds: list[float]
+    inference_seconds: float
+    failed: bool
+
+
+class BatchObserver(Protocol):
+    def on_batch(self, stats: BatchStats) -> None: ...
+
+
+class Worker:
+    """The thread that serves one batcher with one runner."""
+
+    def __init__(
+        self,
+        name: str,
+        batcher: Batcher,
+        runner: ModelRunner,
+        pad_token_id: int,
+        token_level: frozenset[str],
+        observer: BatchObserver | None = None,
+    ) -> None:
+        self.name = name
+        self.batcher = batcher
+        self.runner = runner
+        self.pad_token_id = pad_token_id
+        self.token_level = token_level
+        self.observer = observer
+        self.died: BaseException | None = None
+        self.batches_served = 0
+        self.batches_failed = 0
+        self._thread = threading.Thread(target=self._serve, name=f"bertserve-worker-{name}", daemon=True)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self.died is None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _serve(self) -> None:
+        try:
+            while (batch := self.batcher.next_batch()) is not None:
+                self._run_batch(batch)
+        except BaseException as exc:
+            self.died = exc
+            logger.critical("worker for model %s died: %r; the model is no longer served", self.name, exc)
+            self.batcher.close(drain=False, error=NotReady(f"model {self.name} is not being served (worker died)"))
+            raise
+
+    def _run_batch(self, batch: Batch) -> None:
+        started = time.perf_counter()
+        queue_seconds = [batch.formed_at - item.enqueued_at for item in batch.items]
+        failed = False
+        try:
+            padded = pad_rows(batch.sequences, self.pad_token_id)
+            outputs = self.runner.run(padded)
+            rows = split_rows(outputs, padded.lengths, self.token_level)
+        except Exception as exc:
+            failed = True
+            self.batches_failed += 1
+            logger.exception("batch of %d rows failed on model %s", len(batch.items), self.name)
+            self.batcher.fail(batch, InferenceError(f"inference failed on model {self.name}: {exc}"))
+        else:
+            self.batches_served += 1
+            self.batcher.complete(batch, rows, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        if self.observer is not None:
+            try:
+                self.observer.on_batch(
+                    BatchStats(len(batch.items), batch.padded_tokens, batch.real_tokens, queue_seconds, elapsed, failed)
+                )
+            except Exception:
+                logger.exception("batch observer failed for model %s", self.name)

@@ -1,0 +1,80 @@
+"""Models shared by every route: errors, the model list, health, the task request base."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorDetail(BaseModel):
+    type: str = Field(description="Machine-readable error kind, e.g. bad_request, model_not_found, overloaded.")
+    message: str = Field(description="What went wrong, for humans.")
+
+
+class ErrorResponse(BaseModel):
+    """The body of every 4xx/5xx response."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"error": {"type": "model_not_found", "message": "no model named 'x'"}}]}
+    )
+
+    error: ErrorDetail
+
+
+class ModelCard(BaseModel):
+    name: str
+    task: str
+    labels: list[str] = Field(description="Label names in id order (classification tasks; empty otherwise).")
+    max_length: int = Field(description="Longest row the model takes, in tokens, special tokens included.")
+    quantization: str = Field(description="none or int8")
+    precision: str = Field(description="fp32 or fp16")
+    ready: bool
+
+
+class ModelsResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "models": [
+                        {
+                            "name": "sst2",
+                            "task": "text-classification",
+                            "labels": ["negative", "positive"],
+                            "max_length": 128,
+                            "quantization": "int8",
+                            "precision": "fp32",
+                            "ready": True,
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+
+    models: list[ModelCard]
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok", "not_ready", "shutting_down"]
+    models: dict[str, bool] = Field(default_factory=dict, description="Model name -> ready.")
+
+
+class TaskRequest(BaseModel):
+    """Fields every task request has."""
+
+    model_config = ConfigDict(extra="forbid")
+    task: ClassVar[str]
+
+    model: str | None = Field(
+        None, description="Model name; may be omitted when exactly one loaded model serves this task."
+    )
+
+    def input_list(self) -> list[Any]:
+        """The inputs as a list (a single input becomes a list of one)."""
+        raise NotImplementedError
+
+    def to_task(self) -> tuple[list[Any], Any]:
+        """``(inputs, params)`` in the task handler's types."""
+        raise NotImplementedError

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.schemas.common import TaskRequest
+from service.tasks import QAInput, QAParams
+
+
+class QAPair(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str
+    context: str
+
+
+class QuestionAnsweringRequest(TaskRequest):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"inputs": {"question": "Where does John live?", "context": "John lives in Paris with his family."}},
+                {
+                    "model": "squad",
+                    "inputs": [{"question": "Who wrote it?", "context": "The book was written by Mary Smith."}],
+                    "top_k": 3,
+                    "handle_impossible_answer": True,
+                },
+            ]
+        },
+    )
+    task: ClassVar[str] = "question-answering"
+
+    inputs: QAPair | Annotated[list[QAPair], Field(min_length=1)] = Field(
+        description="A {question, context} pair or a list of them."
+    )
+    top_k: int = Field(1, ge=1, description="Answers per input.")
+    doc_stride: int | None = Field(
+        None, ge=0, description="Overlap of context windows; default min(max_seq_len // 2, 128)."
+    )
+    max_answer_len: int = Field(15, ge=1, description="Longest answer, in tokens.")
+    max_seq_len: int | None = Field(
+        None, ge=2, description="Tokens per window, question included; default min(model max length, 384)."
+    )
+    max_question_len: int = Field(64, ge=1)
+    handle_impossible_answer: bool = Field(False, description="Allow the empty answer (SQuAD v2 style).")
+
+    def input_list(self) -> list[QAPair]:
+        return self.inputs if isinstance(self.inputs, list) else [self.inputs]
+
+    def to_task(self) -> tuple[list[Any], QAParams]:
+        inputs = [QAInput(question=item.question, context=item.context) for item in self.input_list()]
+        params = QAParams(
+            top_k=self.top_k,
+            doc_stride=self.doc_stride,
+            max_answer_len=self.max_answer_len,
+            max_seq_len=self.max_seq_len,
+            max_question_len=self.max_question_len,
+            handle_impossible_answer=self.handle_impossible_answer,
+        )
+        return inputs, params
+
+
+class QAAnswer(BaseModel):
+    answer: str
+    score: float
+    start: int = Field(description="Character offset of the answer in the context.")
+    end: int = Field(description="Character offset just past the answer.")
+
+
+class QuestionAnsweringResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"model": "squad", "results": [[{"answer": "Paris", "score": 0.93, "start": 14, "end": 19}]]}]
+        }
+    )
+
+    model: str
+    results: list[list[QAAnswer]] = Field(description="Per input (always a list), answers by score, best first.")

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.schemas.common import TaskRequest
+from service.tasks import ClassificationParams
+
+
+class TextPair(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    text_pair: str
+
+
+TextInput = str | TextPair
+
+
+class TextClassificationRequest(TaskRequest):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"inputs": "A wonderful, moving film."},
+                {"model": "sst2", "inputs": ["Great acting.", "Dull and far too long."], "top_k": 2},
+                {"inputs": {"text": "A man is eating.", "text_pair": "Someone eats food."}, "top_k": None},
+            ]
+        },
+    )
+    task: ClassVar[str] = "text-classification"
+
+    inputs: TextInput | Annotated[list[TextInput], Field(min_length=1)] = Field(
+        description="A text, a {text, text_pair} pair, or a list of either."
+    )
+    top_k: int | None = Field(1, ge=1, description="How many labels per input; null for all labels.")
+    function_to_apply: Literal["softmax", "sigmoid", "none"] | None = Field(
+        None, description="Score function; default as transformers picks it (softmax, or sigmoid for multi-label)."
+    )
+
+    def input_list(self) -> list[TextInput]:
+        return self.inputs if isinstance(self.inputs, list) else [self.inputs]
+
+    def to_task(self) -> tuple[list[Any], ClassificationParams]:
+        inputs = [item if isinstance(item, str) else (item.text, item.text_pair) for item in self.input_list()]
+        return inputs, ClassificationParams(top_k=self.top_k, function_to_apply=self.function_to_apply)
+
+
+class LabelScore(BaseModel):
+    label: str
+    score: float
+
+
+class TextClassificationResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"model": "sst2", "results": [[{"label": "positive", "score": 0.998}]]},
+            ]
+        }
+    )
+
+    model: str
+    results: list[list[LabelScore]] = Field(description="Per input (always a list), labels by score, best first.")

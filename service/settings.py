@@ -1,0 +1,80 @@
+"""Service settings: one pydantic-settings object, built once in ``main()`` / ``create_app()``.
+
+Nothing here reads the environment at import time; ``Settings()`` reads ``BERTSERVE_*`` variables
+when it is constructed. ``BERTSERVE_MODELS`` takes ``NAME=PATH`` pairs separated by commas.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+
+
+def default_intra_op_threads() -> int:
+    return min(2, os.cpu_count() or 1)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BERTSERVE_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    models_dir: Path | None = Field(None, description="Serve every bundle folder under this folder, by folder name.")
+    models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Extra models as NAME=PATH (env: comma-separated)."
+    )
+    intra_op_threads: int = Field(default_factory=default_intra_op_threads, ge=1)
+    max_batch_tokens: int = Field(8192, ge=1, description="Padded tokens per batch (batch size x longest row).")
+    max_batch_size: int = Field(32, ge=1)
+    max_wait_ms: float = Field(2.0, ge=0, description="How long a lone row waits for others to fill a batch.")
+    max_queue: int = Field(1024, ge=1, description="Rows waiting per model before requests get 429.")
+    timeout_s: float = Field(30.0, gt=0, description="Per-request deadline (504 after it).")
+    max_body_bytes: int = Field(1 << 20, ge=1)
+    max_inputs_per_request: int = Field(64, ge=1)
+    prepare_threads: int = Field(2, ge=1, description="Threads that tokenize requests off the event loop.")
+    log_level: LogLevel = "info"
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def split_model_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def check_model_pairs(cls, value: list[str]) -> list[str]:
+        for pair in value:
+            name, sep, path = pair.partition("=")
+            if not sep or not name.strip() or not path.strip():
+                raise ValueError(f"model {pair!r} is not NAME=PATH")
+        return value
+
+    def model_sources(self) -> dict[str, Path]:
+        """Every model to serve, name -> bundle folder: the folders under ``models_dir``, then ``models``."""
+        sources: dict[str, Path] = {}
+        if self.models_dir is not None:
+            sources.update(discover_bundles(self.models_dir))
+        for pair in self.models:
+            name, _, path = pair.partition("=")
+            sources[name.strip()] = Path(path.strip())
+        return sources
+
+
+def discover_bundles(folder: Path) -> dict[str, Path]:
+    """Subfolders that look like bundles (hold bundle.json or model.onnx), by folder name."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"models folder {folder} does not exist")
+    return {
+        child.name: child
+        for child in sorted(folder.iterdir())
+        if child.is_dir()
+        and not child.name.startswith(".")
+        and ((child / "bundle.json").exists() or (child / "model.onnx").exists())
+    }

@@ -1,0 +1,46 @@
+"""Session fixtures: one tiny random model per task, as an HF checkpoint folder and a bundle folder.
+
+Built once and cached across test runs under pytest's cache folder (keyed by the builder's source),
+so only the first run pays for torch/transformers and the exports.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.service.tiny_models import TinyModel, build_tiny_models, cache_key
+
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> dict[str, TinyModel]:
+    """task -> TinyModel(task, checkpoint, bundle) for the four tasks."""
+    cache = getattr(pytestconfig, "cache", None)
+    base = Path(cache.mkdir("bertserve-tiny-models")) if cache is not None else tmp_path_factory.mktemp("tiny")
+    return build_tiny_models(base / cache_key())
+
+
+@pytest.fixture(scope="session")
+def text_classification_model(tiny_models: dict[str, TinyModel]) -> TinyModel:
+    return tiny_models["text-classification"]
+
+
+@pytest.fixture(scope="session")
+def token_classification_model(tiny_models: dict[str, TinyModel]) -> TinyModel:
+    return tiny_models["token-classification"]
+
+
+@pytest.fixture(scope="session")
+def question_answering_model(tiny_models: dict[str, TinyModel]) -> TinyModel:
+    return tiny_models["question-answering"]
+
+
+@pytest.fixture(scope="session")
+def fill_mask_model(tiny_models: dict[str, TinyModel]) -> TinyModel:
+    return tiny_models["fill-mask"]
