@@ -1,0 +1,35 @@
+"""The four task handlers, keyed by task name. Import-light: tokenizers + numpy only."""
+
+from __future__ import annotations
+
+from service.tasks.base import InputError, ModelContext, Prepared, Sequence, TaskHandler
+from service.tasks.fill_mask import FillMaskHandler, FillMaskParams
+from service.tasks.question_answering import QAInput, QAParams, QuestionAnsweringHandler
+from service.tasks.text_classification import ClassificationInput, ClassificationParams, TextClassificationHandler
+from service.tasks.token_classification import TokenClassificationHandler, TokenClassificationParams
+
+HANDLERS: dict[str, TaskHandler] = {
+    "text-classification": TextClassificationHandler(),
+    "question-answering": QuestionAnsweringHandler(),
+    "token-classification": TokenClassificationHandler(),
+    "fill-mask": FillMaskHandler(),
+}
+
+__all__ = [
+    "HANDLERS",
+    "ClassificationInput",
+    "ClassificationParams",
+    "FillMaskHandler",
+    "FillMaskParams",
+    "InputError",
+    "ModelContext",
+    "Prepared",
+    "QAInput",
+    "QAParams",
+    "QuestionAnsweringHandler",
+    "Sequence",
+    "TaskHandler",
+    "TextClassificationHandler",
+    "TokenClassificationHandler",
+    "TokenClassificationParams",
+]

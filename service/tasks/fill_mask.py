@@ -1,0 +1,122 @@
+"""Fill-mask with the semantics of transformers 4.57.6 ``FillMaskPipeline``.
+
+Every mask gets its own list of predictions (probabilities of each mask on its own, as the
+pipeline's multi-mask mode gives). ``targets`` restrict the vocabulary: a target that is not a
+vocabulary entry is replaced by the first token it tokenizes to, and one that tokenizes to nothing
+is dropped, as in the pipeline. Texts longer than the model's ``max_length`` are refused (the
+pipeline does not truncate fill-mask inputs either).
+
+The pipeline decodes ``sequence`` and ``token_str`` with the tokenizer's ``decode`` and then, when
+the checkpoint's tokenizer_config sets ``clean_up_tokenization_spaces``, with transformers'
+``clean_up_tokenization``; ``tokenizer.json`` does not carry that flag, so it is a handler setting
+(``False``: what ``BertTokenizerFast`` does when the config does not set it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service.tasks.base import InputError, ModelContext, Prepared
+from service.tasks.common import encode_batch, require_text, require_top_k, softmax, to_sequence
+
+
+@dataclass(frozen=True, slots=True)
+class FillMaskParams:
+    top_k: int = 5
+    targets: tuple[str, ...] | None = None
+
+
+def clean_up_tokenization(text: str) -> str:
+    """transformers' ``PreTrainedTokenizerBase.clean_up_tokenization``."""
+    return (
+        text.replace(" .", ".")
+        .replace(" ?", "?")
+        .replace(" !", "!")
+        .replace(" ,", ",")
+        .replace(" ' ", "'")
+        .replace(" n't", "n't")
+        .replace(" 'm", "'m")
+        .replace(" 's", "'s")
+        .replace(" 've", "'ve")
+        .replace(" 're", "'re")
+    )
+
+
+class FillMaskHandler:
+    task = "fill-mask"
+    output_names = ("logits",)
+
+    def __init__(self, clean_up_tokenization_spaces: bool = False) -> None:
+        self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
+
+    def prepare(self, ctx: ModelContext, inputs: list[Any], params: FillMaskParams) -> list[Prepared]:
+        require_top_k(params.top_k)
+        self.target_ids(ctx, params)
+        texts = [require_text(item) for item in inputs]
+        prepared = []
+        for encoding in encode_batch(ctx.tokenizer, texts, "text"):
+            if ctx.mask_token_id not in encoding.ids:
+                raise InputError(f"no mask token ({ctx.mask_token}) found in the input")
+            if len(encoding.ids) > ctx.max_length:
+                raise InputError(f"the text is {len(encoding.ids)} tokens; this model takes at most {ctx.max_length}")
+            prepared.append(Prepared(sequences=[to_sequence(encoding)], state=None))
+        return prepared
+
+    def target_ids(self, ctx: ModelContext, params: FillMaskParams) -> np.ndarray | None:
+        """The pipeline's ``get_target_ids`` (same de-duplication, through a set)."""
+        if params.targets is None:
+            return None
+        vocab = ctx.tokenizer.get_vocab(with_added_tokens=True)
+        ids = []
+        for target in params.targets:
+            if not isinstance(target, str):
+                raise InputError(f"targets must be strings, got {type(target).__name__}")
+            id_ = vocab.get(target)
+            if id_ is None:
+                pieces = ctx.tokenizer.encode(target, add_special_tokens=False).ids
+                if not pieces:
+                    continue
+                id_ = pieces[0]
+            ids.append(id_)
+        unique = list(set(ids))
+        if not unique:
+            raise InputError("none of the targets maps to a vocabulary token")
+        return np.array(unique)
+
+    def decode(self, ctx: ModelContext, ids: list[int] | np.ndarray, skip_special_tokens: bool) -> str:
+        text = ctx.tokenizer.decode([int(id_) for id_ in ids], skip_special_tokens=skip_special_tokens)
+        return clean_up_tokenization(text) if self.clean_up_tokenization_spaces else text
+
+    def postprocess(
+        self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: FillMaskParams
+    ) -> list[list[dict[str, Any]]]:
+        target_ids = self.target_ids(ctx, params)
+        input_ids = prepared.sequences[0].input_ids
+        logits = np.asarray(outputs[0]["logits"])  # (T, vocab)
+        masked_index = np.nonzero(input_ids == ctx.mask_token_id)[0]
+        probs = softmax(logits[masked_index].astype(np.float32))  # (masks, vocab)
+        if target_ids is not None:
+            probs = probs[..., target_ids]
+        top_k = min(params.top_k, probs.shape[-1])
+        single_mask = len(masked_index) == 1
+        results = []
+        for mask_position, mask_probs in zip(masked_index, probs, strict=True):
+            row = []
+            for choice in np.argsort(-mask_probs, kind="stable")[:top_k]:
+                token_id = int(target_ids[choice]) if target_ids is not None else int(choice)
+                tokens = input_ids.copy()
+                tokens[mask_position] = token_id
+                tokens = tokens[tokens != ctx.pad_token_id]
+                row.append(
+                    {
+                        "score": float(mask_probs[choice]),
+                        "token": token_id,
+                        "token_str": self.decode(ctx, [token_id], skip_special_tokens=False),
+                        "sequence": self.decode(ctx, tokens, skip_special_tokens=single_mask),
+                    }
+                )
+            results.append(row)
+        return results

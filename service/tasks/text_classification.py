@@ -1,0 +1,93 @@
+"""Text classification with the semantics of transformers 4.57.6 ``TextClassificationPipeline``.
+
+Inputs longer than the model's ``max_length`` are truncated (longest-first for text pairs), as the
+pipeline does when called with ``truncation=True``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service.tasks.base import InputError, ModelContext, Prepared
+from service.tasks.common import (
+    encode_batch,
+    require_text,
+    require_top_k,
+    sigmoid,
+    softmax,
+    to_sequence,
+    truncating_tokenizer,
+)
+
+ClassificationInput = str | tuple[str, str]
+FUNCTIONS = ("sigmoid", "softmax", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class ClassificationParams:
+    top_k: int | None = 1
+    function_to_apply: str | None = None
+
+
+def default_function(ctx: ModelContext) -> str:
+    """transformers' choice when ``function_to_apply`` is not given."""
+    num_labels = len(ctx.id2label)
+    if ctx.problem_type == "regression":
+        return "none"
+    if ctx.problem_type == "multi_label_classification" or num_labels == 1:
+        return "sigmoid"
+    if ctx.problem_type == "single_label_classification" or num_labels > 1:
+        return "softmax"
+    return "none"
+
+
+def _check_params(params: ClassificationParams) -> str | None:
+    if params.top_k is not None:
+        require_top_k(params.top_k)
+    if params.function_to_apply is None:
+        return None
+    function = params.function_to_apply.lower()
+    if function not in FUNCTIONS:
+        raise InputError(f"function_to_apply must be one of {', '.join(FUNCTIONS)}, got {params.function_to_apply!r}")
+    return function
+
+
+def _as_tokenizer_input(item: Any) -> str | tuple[str, str]:
+    if isinstance(item, str):
+        return require_text(item)
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        return require_text(item[0], "text"), require_text(item[1], "text_pair")
+    raise InputError("a text-classification input is a text or a (text, text_pair) pair")
+
+
+class TextClassificationHandler:
+    task = "text-classification"
+    output_names = ("logits",)
+
+    def prepare(self, ctx: ModelContext, inputs: list[Any], params: ClassificationParams) -> list[Prepared]:
+        _check_params(params)
+        texts = [_as_tokenizer_input(item) for item in inputs]
+        tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length)
+        encodings = encode_batch(tokenizer, texts, "text")
+        return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
+
+    def postprocess(
+        self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: ClassificationParams
+    ) -> list[dict[str, Any]]:
+        function = _check_params(params) or default_function(ctx)
+        logits = np.asarray(outputs[0]["logits"])
+        if function == "sigmoid":
+            scores = sigmoid(logits)
+        elif function == "softmax":
+            scores = softmax(logits)
+        else:
+            scores = logits
+        results = [
+            {"label": ctx.id2label.get(index, f"LABEL_{index}"), "score": float(score)}
+            for index, score in enumerate(scores)
+        ]
+        results.sort(key=lambda result: result["score"], reverse=True)
+        return results if params.top_k is None else results[: params.top_k]

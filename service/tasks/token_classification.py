@@ -1,0 +1,278 @@
+"""Token classification (NER) with the semantics of transformers 4.57.6 ``TokenClassificationPipeline``.
+
+Texts longer than the model's ``max_length`` are windowed, never truncated: windows of
+``max_length`` tokens overlapping by ``stride`` tokens, merged by the pipeline's
+``aggregate_overlapping_entities``. Without an explicit ``stride`` a text that fits is one window
+(what the pipeline gives), and a longer one is windowed with ``default_stride(max_length)`` =
+``max_length // 4`` tokens of overlap (the pipeline would truncate it). With
+``aggregation_strategy="none"`` the pipeline refuses an explicit ``stride``; so does this handler,
+but long texts are still windowed, and ``index`` is then the token's index in the whole text's
+encoding (with [CLS] at 0), which for the first window is the pipeline's ``index``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tokenizers import Encoding
+
+from service.tasks.base import InputError, ModelContext, Prepared
+from service.tasks.common import encode_batch, require_text, softmax, to_sequence, truncating_tokenizer, with_windows
+
+STRATEGIES = ("none", "simple", "first", "average", "max")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenClassificationParams:
+    aggregation_strategy: str = "simple"
+    ignore_labels: tuple[str, ...] = ("O",)
+    stride: int | None = None
+
+
+@dataclass(slots=True)
+class _NerState:
+    text: str
+    windows: list[Encoding]
+    first_token_index: list[int]  # per window: index in the whole text's encoding of its first token
+
+
+def default_stride(max_length: int) -> int:
+    return max_length // 4
+
+
+def _strategy(params: TokenClassificationParams) -> str:
+    strategy = params.aggregation_strategy.lower()
+    if strategy not in STRATEGIES:
+        raise InputError(
+            f"aggregation_strategy must be one of {', '.join(STRATEGIES)}, got {params.aggregation_strategy!r}"
+        )
+    return strategy
+
+
+def _stride(ctx: ModelContext, params: TokenClassificationParams, strategy: str) -> int:
+    room = ctx.max_length - ctx.tokenizer.num_special_tokens_to_add(is_pair=False)
+    if params.stride is None:
+        return min(default_stride(ctx.max_length), room - 1)
+    if strategy == "none":
+        raise InputError('stride needs an aggregation_strategy other than "none" (as in transformers)')
+    if not 0 <= params.stride < room:
+        raise InputError(
+            f"stride must be in 0..{room - 1} for this model (max_length {ctx.max_length}), got {params.stride}"
+        )
+    return params.stride
+
+
+def _first_token_indices(windows: list[Encoding], stride: int) -> list[int]:
+    """Where each window starts in the untruncated encoding: windows advance by (content - stride) tokens."""
+    indices = [0]
+    for window in windows[:-1]:
+        content = sum(1 for special in window.special_tokens_mask if not special)
+        indices.append(indices[-1] + content - stride)
+    return indices
+
+
+class TokenClassificationHandler:
+    task = "token-classification"
+    output_names = ("logits",)
+
+    def prepare(self, ctx: ModelContext, inputs: list[Any], params: TokenClassificationParams) -> list[Prepared]:
+        strategy = _strategy(params)
+        stride = _stride(ctx, params, strategy)
+        texts = [require_text(item) for item in inputs]
+        tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, stride, "longest_first")
+        prepared = []
+        for text, encoding in zip(texts, encode_batch(tokenizer, texts, "text"), strict=True):
+            windows = with_windows(encoding)
+            state = _NerState(text, windows, _first_token_indices(windows, stride))
+            prepared.append(Prepared(sequences=[to_sequence(window) for window in windows], state=state))
+        return prepared
+
+    def postprocess(
+        self,
+        ctx: ModelContext,
+        prepared: Prepared,
+        outputs: list[dict[str, np.ndarray]],
+        params: TokenClassificationParams,
+    ) -> list[dict[str, Any]]:
+        strategy = _strategy(params)
+        state: _NerState = prepared.state
+        entities: list[dict[str, Any]] = []
+        for window, first_index, output in zip(state.windows, state.first_token_index, outputs, strict=True):
+            scores = softmax(np.asarray(output["logits"]))  # (T, num_labels)
+            pre_entities = _gather_pre_entities(ctx, state.text, window, scores)
+            for entity in _aggregate(ctx, pre_entities, strategy):
+                if entity.get("entity") in params.ignore_labels or entity.get("entity_group") in params.ignore_labels:
+                    continue
+                if "index" in entity:
+                    entity["index"] += first_index
+                entities.append(entity)
+        if len(state.windows) > 1:
+            entities = aggregate_overlapping_entities(entities)
+        return [_public(entity) for entity in entities]
+
+
+def _public(entity: dict[str, Any]) -> dict[str, Any]:
+    return {key: float(value) if key == "score" else value for key, value in entity.items()}
+
+
+def _gather_pre_entities(ctx: ModelContext, text: str, window: Encoding, scores: np.ndarray) -> list[dict[str, Any]]:
+    unk_id = ctx.tokenizer.token_to_id(_unk_token(ctx))
+    word_aware = bool(getattr(ctx.tokenizer.model, "continuing_subword_prefix", None))
+    pre_entities = []
+    for index, (token_id, special, (start, end)) in enumerate(
+        zip(window.ids, window.special_tokens_mask, window.offsets, strict=True)
+    ):
+        if special:
+            continue
+        word = ctx.tokenizer.id_to_token(token_id)
+        word_ref = text[start:end]
+        # WordPiece-like models mark subwords by a prefix: the token is longer or shorter than its text
+        is_subword = len(word) != len(word_ref) if word_aware else start > 0 and " " not in text[start - 1 : start + 1]
+        if token_id == unk_id:
+            word = word_ref
+            is_subword = False
+        pre_entities.append(
+            {
+                "word": word,
+                "scores": scores[index],
+                "start": start,
+                "end": end,
+                "index": index,
+                "is_subword": is_subword,
+            }
+        )
+    return pre_entities
+
+
+def _unk_token(ctx: ModelContext) -> str:
+    return getattr(ctx.tokenizer.model, "unk_token", None) or "[UNK]"
+
+
+def _label(ctx: ModelContext, index: int) -> str:
+    return ctx.id2label.get(int(index), f"LABEL_{int(index)}")
+
+
+def _decode_tokens(ctx: ModelContext, tokens: list[str]) -> str:
+    """transformers' ``convert_tokens_to_string`` for fast tokenizers."""
+    decoder = ctx.tokenizer.decoder
+    return decoder.decode(tokens) if decoder is not None else " ".join(tokens)
+
+
+def _aggregate(ctx: ModelContext, pre_entities: list[dict[str, Any]], strategy: str) -> list[dict[str, Any]]:
+    if strategy in ("none", "simple"):
+        entities = []
+        for pre_entity in pre_entities:
+            entity_idx = pre_entity["scores"].argmax()
+            entities.append(
+                {
+                    "entity": _label(ctx, entity_idx),
+                    "score": pre_entity["scores"][entity_idx],
+                    "index": pre_entity["index"],
+                    "word": pre_entity["word"],
+                    "start": pre_entity["start"],
+                    "end": pre_entity["end"],
+                }
+            )
+    else:
+        entities = _aggregate_words(ctx, pre_entities, strategy)
+    if strategy == "none":
+        return entities
+    return _group_entities(ctx, entities)
+
+
+def _aggregate_word(ctx: ModelContext, entities: list[dict[str, Any]], strategy: str) -> dict[str, Any]:
+    word = _decode_tokens(ctx, [entity["word"] for entity in entities])
+    if strategy == "first":
+        scores = entities[0]["scores"]
+    elif strategy == "max":
+        scores = max(entities, key=lambda entity: entity["scores"].max())["scores"]
+    else:
+        scores = np.nanmean(np.stack([entity["scores"] for entity in entities]), axis=0)
+    idx = scores.argmax()
+    return {
+        "entity": _label(ctx, idx),
+        "score": scores[idx],
+        "word": word,
+        "start": entities[0]["start"],
+        "end": entities[-1]["end"],
+    }
+
+
+def _aggregate_words(ctx: ModelContext, entities: list[dict[str, Any]], strategy: str) -> list[dict[str, Any]]:
+    """Force agreement on word boundaries: a word's subword tokens take one label."""
+    word_entities = []
+    word_group: list[dict[str, Any]] | None = None
+    for entity in entities:
+        if word_group is None:
+            word_group = [entity]
+        elif entity["is_subword"]:
+            word_group.append(entity)
+        else:
+            word_entities.append(_aggregate_word(ctx, word_group, strategy))
+            word_group = [entity]
+    if word_group is not None:
+        word_entities.append(_aggregate_word(ctx, word_group, strategy))
+    return word_entities
+
+
+def _get_tag(entity_name: str) -> tuple[str, str]:
+    if entity_name.startswith("B-"):
+        return "B", entity_name[2:]
+    if entity_name.startswith("I-"):
+        return "I", entity_name[2:]
+    return "I", entity_name
+
+
+def _group_sub_entities(ctx: ModelContext, entities: list[dict[str, Any]]) -> dict[str, Any]:
+    scores = np.nanmean([entity["score"] for entity in entities])
+    return {
+        "entity_group": entities[0]["entity"].split("-", 1)[-1],
+        "score": np.mean(scores),
+        "word": _decode_tokens(ctx, [entity["word"] for entity in entities]),
+        "start": entities[0]["start"],
+        "end": entities[-1]["end"],
+    }
+
+
+def _group_entities(ctx: ModelContext, entities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Group adjacent entities with the same tag; a B- tag starts a new group."""
+    entity_groups = []
+    current: list[dict[str, Any]] = []
+    for entity in entities:
+        if not current:
+            current.append(entity)
+            continue
+        bi, tag = _get_tag(entity["entity"])
+        _, last_tag = _get_tag(current[-1]["entity"])
+        if tag == last_tag and bi != "B":
+            current.append(entity)
+        else:
+            entity_groups.append(_group_sub_entities(ctx, current))
+            current = [entity]
+    if current:
+        entity_groups.append(_group_sub_entities(ctx, current))
+    return entity_groups
+
+
+def aggregate_overlapping_entities(entities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Merge windows: of entities that overlap, keep the longest (then the higher-scoring) one."""
+    if not entities:
+        return entities
+    entities = sorted(entities, key=lambda entity: entity["start"])
+    aggregated = []
+    previous = entities[0]
+    for entity in entities:
+        if previous["start"] <= entity["start"] < previous["end"]:
+            current_length = entity["end"] - entity["start"]
+            previous_length = previous["end"] - previous["start"]
+            if current_length > previous_length or (
+                current_length == previous_length and entity["score"] > previous["score"]
+            ):
+                previous = entity
+        else:
+            aggregated.append(previous)
+            previous = entity
+    aggregated.append(previous)
+    return aggregated
