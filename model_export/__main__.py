@@ -1,0 +1,66 @@
+"""bertserve-export: checkpoint folder -> validated ONNX bundle. Errors are one line on stderr, exit status 1."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from model_export.bundle import PRECISIONS, QUANTIZATIONS, TASKS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bertserve-export", description="Export a BERT checkpoint folder to a validated ONNX bundle folder."
+    )
+    parser.add_argument("checkpoint_dir", help="Hugging Face checkpoint folder (config.json, weights, tokenizer)")
+    parser.add_argument("out_dir", help="bundle folder to write (replaced only when the new bundle is complete)")
+    parser.add_argument("--task", default="auto", choices=["auto", *TASKS], help="default: from config.json")
+    parser.add_argument(
+        "--optimize", action=argparse.BooleanOptionalAction, default=True, help="fuse operators (default: on)"
+    )
+    parser.add_argument("--quantize", default="none", choices=QUANTIZATIONS)
+    parser.add_argument("--precision", default="fp32", choices=PRECISIONS, help="fp16 needs CUDA (onnxruntime-gpu)")
+    parser.add_argument("--max-length", type=int, default=None, help="default: tokenizer's model_max_length")
+    parser.add_argument("--opset", type=int, default=17)
+    parser.add_argument("--atol", type=float, default=None, help="fp32 parity tolerance (default 1e-4)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("model_export").setLevel(logging.WARNING if args.quiet else logging.INFO)
+    # onnxruntime's optimizer and quantiser warn about things that do not apply to BERT graphs (tiny vocabularies,
+    # shape-inference pre-processing); keep the progress readable.
+    logging.getLogger("fusion_embedlayer").setLevel(logging.ERROR)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(lambda record: not record.getMessage().startswith("Please consider to run pre-processing"))
+
+    from model_export.export import ExportError, export_bundle
+
+    try:
+        bundle = export_bundle(
+            args.checkpoint_dir,
+            args.out_dir,
+            task=args.task,
+            optimize=args.optimize,
+            quantize=args.quantize,
+            max_length=args.max_length,
+            opset=args.opset,
+            atol=args.atol,
+            precision=args.precision,
+        )
+    except ExportError as error:
+        print(f"bertserve-export: error: {error}", file=sys.stderr)
+        return 1
+    print(bundle.path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
