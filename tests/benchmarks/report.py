@@ -1,0 +1,260 @@
+"""Turn one benchmark run's results into results.json, results.md and PNG plots."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+TASK_TITLES = {"sst2": "SST-2 classification", "squad": "SQuAD question answering", "conll": "CoNLL-2003 NER"}
+MIN_CONCURRENCY_FOR_TARGETS = 32
+
+
+def machine_facts() -> dict[str, Any]:
+    import onnxruntime
+
+    facts: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "onnxruntime": onnxruntime.__version__,
+    }
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in lscpu.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("Model name", "CPU(s)", "Thread(s) per core", "Flags"):
+                value = value.strip()
+                if key.strip() == "Flags":
+                    wanted = ("avx512_vnni", "avx512f", "amx")
+                    value = " ".join(flag for flag in value.split() if flag.startswith(wanted))
+                facts[key.strip()] = value
+    except (OSError, subprocess.CalledProcessError):
+        facts["cpu"] = platform.processor()
+    try:
+        meminfo = Path("/proc/meminfo").read_text().splitlines()[0].split()
+        facts["memory_gib"] = round(int(meminfo[1]) / 2**20, 1)
+    except (OSError, IndexError, ValueError):
+        pass
+    return facts
+
+
+def row_lookup(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], dict[str, Any]]:
+    return {(row["task"], row["system"], row["concurrency"]): row for row in rows}
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if not numerator or not denominator:
+        return None
+    return round(numerator / denominator, 2)
+
+
+def compute_ratios(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """bertserve against each reference, per task and concurrency (throughput ratios)."""
+    rows = row_lookup(results["throughput"])
+    raw = {(r["task"], r["variant"]): r["sequences_per_s"] for r in results["raw"]}
+    ratios = []
+    for task in sorted({row["task"] for row in results["throughput"]}):
+        for concurrency in results["settings"]["concurrency"]:
+            def speed(system: str, task: str = task, concurrency: int = concurrency) -> float | None:
+                row = rows.get((task, system, concurrency))
+                return row["sequences_per_s"] if row else None
+
+            entry = {
+                "task": task,
+                "concurrency": concurrency,
+                "bertserve_fp32/raw_fp32": ratio(speed("bertserve-fp32"), raw.get((task, "fp32"))),
+                "bertserve_int8/raw_int8": ratio(speed("bertserve-int8"), raw.get((task, "int8"))),
+                "bertserve_fp32/naive": ratio(speed("bertserve-fp32"), speed("naive")),
+                "bertserve_int8/naive": ratio(speed("bertserve-int8"), speed("naive")),
+                "bertserve_fp32/infinity": ratio(speed("bertserve-fp32"), speed("infinity")),
+                "bertserve_int8/infinity": ratio(speed("bertserve-int8"), speed("infinity")),
+                "bertserve_int8/bertserve_fp32": ratio(speed("bertserve-int8"), speed("bertserve-fp32")),
+                "raw_int8/raw_fp32": ratio(raw.get((task, "int8")), raw.get((task, "fp32"))),
+            }
+            ratios.append({key: value for key, value in entry.items() if value is not None})
+    return ratios
+
+
+def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets, judged at concurrency >= 32 (the worst such point counts)."""
+    targets = [
+        ("bertserve >= 0.9x raw ORT (fp32)", "bertserve_fp32/raw_fp32", 0.9),
+        ("bertserve >= 0.9x raw ORT (int8)", "bertserve_int8/raw_int8", 0.9),
+        ("bertserve fp32 >= 5x naive pipeline app", "bertserve_fp32/naive", 5.0),
+        ("bertserve fp32 >= 1.5x infinity-emb (torch)", "bertserve_fp32/infinity", 1.5),
+        ("bertserve int8 >= 2x bertserve fp32", "bertserve_int8/bertserve_fp32", 2.0),
+    ]
+    verdicts = []
+    for task in sorted({entry["task"] for entry in results["ratios"]}):
+        entries = [
+            e for e in results["ratios"] if e["task"] == task and e["concurrency"] >= MIN_CONCURRENCY_FOR_TARGETS
+        ]
+        for title, key, goal in targets:
+            values = [e[key] for e in entries if key in e]
+            if not values:
+                continue
+            worst = min(values)
+            verdicts.append({"task": task, "target": title, "goal": goal, "worst": worst, "met": worst >= goal})
+    for name, scores in results.get("accuracy", {}).items():
+        if "fp32" in scores and "int8" in scores:
+            metric = scores["metric"]
+            loss = round(scores["fp32"][metric] - scores["int8"][metric], 2)
+            target = f"int8 loses < 1 point of {metric}"
+            verdicts.append({"task": name, "target": target, "goal": 1.0, "worst": loss, "met": loss < 1.0})
+    return verdicts
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    settings = results["settings"]
+    lines = [
+        "# bertserve benchmark results",
+        "",
+        f"Produced by `{results['command']}` on {results['started']} (took {results.get('wall_minutes', '?')} min).",
+        "",
+        "Machine: " + ", ".join(f"{key}: {value}" for key, value in results["machine"].items()),
+        "",
+        f"Load: wrk, one thread, {settings['duration_s']:.0f} s per point after a "
+        f"{settings['warmup_s']:.0f} s warm-up, "
+        "each connection keeps one request in flight (concurrency = connections); every request carries one input "
+        "(a sentence or a question/context pair) taken in rotation from the evaluation data. "
+        "Raw ORT: one in-process session, length-sorted batches of its best batch size, tokenization included.",
+        "",
+        "## Throughput and latency",
+        "",
+        "| task | system | concurrency | sequences/s | p50 ms | p99 ms | errors | padding waste |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for raw in results["raw"]:
+        lines.append(
+            f"| {raw['task']} | raw ORT {raw['variant']} (batch {raw['batch_size']}) | - | "
+            f"{fmt(raw['sequences_per_s'])} | - | - | 0 | {fmt(100 * raw['padding_waste'])}% |"
+        )
+    for row in results["throughput"]:
+        waste = row.get("padding_waste")
+        lines.append(
+            f"| {row['task']} | {row['system']} | {row['concurrency']} | {fmt(row['sequences_per_s'])} | "
+            f"{fmt(row['p50_ms'])} | {fmt(row['p99_ms'])} | {row['errors']} | "
+            f"{fmt(100 * waste) + '%' if waste is not None else '-'} |"
+        )
+    lines += ["", "## Ratios (throughput)", ""]
+    keys = sorted({key for entry in results["ratios"] for key in entry} - {"task", "concurrency"})
+    lines += ["| task | concurrency | " + " | ".join(keys) + " |", "| --- | ---: |" + " ---: |" * len(keys)]
+    for entry in results["ratios"]:
+        lines.append(
+            f"| {entry['task']} | {entry['concurrency']} | " + " | ".join(fmt(entry.get(k), 2) for k in keys) + " |"
+        )
+    lines += ["", "## Targets (judged at the worst concurrency >= 32)", "", "| task | target | worst | met |",
+              "| --- | --- | ---: | --- |"]  # fmt: skip
+    for verdict in results["targets"]:
+        lines.append(
+            f"| {verdict['task']} | {verdict['target']} | {fmt(verdict['worst'], 2)} | "
+            f"{'yes' if verdict['met'] else '**no**'} |"
+        )
+    lines += accuracy_markdown(results.get("accuracy", {}))
+    if results.get("profile"):
+        lines += ["", "## Where bertserve's time goes (py-spy, SST-2 fp32, concurrency 32)", ""]
+        lines += ["| share of samples | function (leaf frame) |", "| ---: | --- |"]
+        for item in results["profile"]["top_leaf_frames"]:
+            lines.append(f"| {item['share']:.1f}% | `{item['frame']}` |")
+    lines += ["", "Plots: `throughput.png` (throughput vs concurrency), `latency.png` (p50/p99 vs concurrency).", ""]
+    return "\n".join(lines)
+
+
+def accuracy_markdown(accuracy: dict[str, Any]) -> list[str]:
+    if not accuracy:
+        return []
+    lines = ["", "## Served accuracy (through HTTP)", ""]
+    lines += ["| dataset | metric | fp32 | int8 | examples | published reference |"]
+    lines += ["| --- | --- | ---: | ---: | ---: | --- |"]
+    for scores in accuracy.values():
+        metric = scores["metric"]
+        published = "; ".join(
+            f"{ref['model']}: {ref['value']} {ref['metric']} ({ref['source']})" for ref in scores.get("published", [])
+        )
+        extra = ""
+        if "exact_match" in scores.get("fp32", {}):
+            extra = f" (EM {fmt(scores['fp32']['exact_match'])} / {fmt(scores.get('int8', {}).get('exact_match'))})"
+        lines.append(
+            f"| {scores['dataset']} | {metric}{extra} | {fmt(scores.get('fp32', {}).get(metric))} | "
+            f"{fmt(scores.get('int8', {}).get(metric))} | {scores.get('fp32', {}).get('examples', '-')} | {published} |"
+        )
+    lines += ["", "Training recipes (subsets, epochs) are in results.json under `models`."]
+    return lines
+
+
+def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = [task for task in TASK_TITLES if any(row["task"] == task for row in results["throughput"])]
+    if not tasks:
+        return []
+    written = []
+    figure, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
+    for axis, task in zip(axes[0], tasks, strict=True):
+        systems = sorted({row["system"] for row in results["throughput"] if row["task"] == task})
+        for system in systems:
+            rows = sorted((r for r in results["throughput"] if r["task"] == task and r["system"] == system),
+                          key=lambda r: r["concurrency"])  # fmt: skip
+            axis.plot([r["concurrency"] for r in rows], [r["sequences_per_s"] for r in rows], marker="o", label=system)
+        for raw in (r for r in results["raw"] if r["task"] == task):
+            axis.axhline(raw["sequences_per_s"], linestyle="--", linewidth=1, color="grey" if raw["variant"] == "fp32"
+                         else "black", label=f"raw ORT {raw['variant']}")  # fmt: skip
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("concurrency (connections)")
+        axis.set_ylabel("sequences / s")
+        axis.set_title(TASK_TITLES[task])
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    path = out_dir / "throughput.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    written.append(path)
+
+    figure, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
+    for axis, task in zip(axes[0], tasks, strict=True):
+        systems = sorted({row["system"] for row in results["throughput"] if row["task"] == task})
+        for index, system in enumerate(systems):
+            rows = sorted((r for r in results["throughput"] if r["task"] == task and r["system"] == system),
+                          key=lambda r: r["concurrency"])  # fmt: skip
+            color = f"C{index}"
+            xs = [r["concurrency"] for r in rows]
+            axis.plot(xs, [r["p50_ms"] for r in rows], marker="o", color=color, label=f"{system} p50")
+            axis.plot(xs, [r["p99_ms"] for r in rows], marker="x", linestyle=":", color=color, label=f"{system} p99")
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.set_xlabel("concurrency (connections)")
+        axis.set_ylabel("latency (ms)")
+        axis.set_title(TASK_TITLES[task])
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=6)
+    figure.tight_layout()
+    path = out_dir / "latency.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    written.append(path)
+    return written
+
+
+def write(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results["ratios"] = compute_ratios(results)
+    results["targets"] = check_targets(results)
+    json_path = out_dir / "results.json"
+    json_path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
+    md_path = out_dir / "results.md"
+    md_path.write_text(markdown(results))
+    return [json_path, md_path, *plot(results, out_dir)]

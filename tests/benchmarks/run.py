@@ -1,0 +1,273 @@
+"""``python -m tests.benchmarks.run`` (``make bench``): throughput, latency and served accuracy in one run.
+
+Sets up what it needs (wrk check, fine-tuned MiniLM checkpoints via the training CLI, fp32/int8 bundles via
+model_export, the infinity-emb venv), then measures raw onnxruntime, bertserve fp32/int8, a naive transformers
+pipeline app and infinity-emb under the same wrk load, and writes results.{md,json} and PNG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tests.benchmarks import accuracy, datasets, loadgen, models, profile, raw_ort, report, servers
+from tests.benchmarks.infinity_setup import ensure_infinity_venv
+
+log = logging.getLogger("bench")
+RESULTS_DIR = Path(__file__).with_name("results")
+SCRATCH_DIR = Path(__file__).with_name("scratch")
+TASKS = ("sst2", "squad", "conll")
+SYSTEMS = ("raw", "bertserve", "naive", "infinity")
+ROUTES = {"sst2": "text-classification", "squad": "question-answering", "conll": "token-classification"}
+PROFILE_CONCURRENCY = 32
+
+
+def load_inputs(task: str) -> list[Any]:
+    """The load's inputs: SST-2 dev sentences, SQuAD held-out question/context pairs, CoNLL valid sentences."""
+    if task == "sst2":
+        return [row.text for row in datasets.read_sst2("dev")]
+    if task == "squad":
+        start = int(models.SQUAD_EVAL_ARTICLES.split(":")[0])
+        return [{"question": ex.question, "context": ex.context} for ex in datasets.read_squad(start)]
+    return [sentence.text for sentence in datasets.read_conll("valid")]
+
+
+def raw_inputs(task: str, inputs: list[Any]) -> list[Any]:
+    return [(item["question"], item["context"]) for item in inputs] if task == "squad" else inputs
+
+
+def scrape_padding(base_url: str, model: str) -> tuple[float, float]:
+    """(padding tokens, real tokens) counted so far by bertserve's /metrics for ``model``."""
+    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    values = {"padding": 0.0, "real": 0.0}
+    for line in text.splitlines():
+        for key, metric in (("padding", "bertserve_padding_tokens_total"), ("real", "bertserve_real_tokens_total")):
+            if line.startswith(metric + "{") and f'model="{model}"' in line:
+                values[key] = float(line.rsplit(" ", 1)[1])
+    return values["padding"], values["real"]
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.started = time.monotonic()
+        self.results: dict[str, Any] = {
+            "command": "python -m tests.benchmarks.run " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": report.machine_facts(),
+            "settings": {
+                "duration_s": args.duration,
+                "warmup_s": args.warmup,
+                "concurrency": args.concurrency,
+                "bertserve_args": args.bertserve_args,
+            },
+            "models": {},
+            "raw": [],
+            "throughput": [],
+            "accuracy": {},
+        }
+        self.bodies_dir = SCRATCH_DIR / "bodies"
+        self.logs_dir = SCRATCH_DIR / "logs"
+
+    def save(self) -> None:
+        self.results["wall_minutes"] = round((time.monotonic() - self.started) / 60, 1)
+        for path in report.write(self.results, self.args.out):
+            log.info("wrote %s", path)
+
+    def prepare_models(self, names: list[str]) -> None:
+        for name in names:
+            for quantization in models.QUANTIZATIONS:
+                bundle = models.ensure_bundle(name, quantization, self.args.train_scale)
+                checkpoint = models.ensure_checkpoint(name, self.args.train_scale)
+                self.results["models"][f"{name}-{quantization}"] = {
+                    "bundle": str(bundle.relative_to(datasets.REPO_ROOT)),
+                    "checkpoint": str(checkpoint.relative_to(datasets.REPO_ROOT)),
+                    "recipe": models.RECIPES[name].__dict__,
+                    **models.bundle_facts(bundle),
+                }
+
+    def run_raw(self, task: str) -> None:
+        inputs = raw_inputs(task, load_inputs(task))
+        for quantization in models.QUANTIZATIONS:
+            bundle = models.bundle_dir(task, quantization, self.args.train_scale)
+            result = raw_ort.measure(bundle, ROUTES[task], inputs, self.args.duration)
+            log.info("raw ORT %s %s: %.1f seq/s (batch %d)", task, quantization, result.sequences_per_s,
+                     result.batch_size)  # fmt: skip
+            self.results["raw"].append({"task": task, "variant": quantization, **result.to_json()})
+
+    def sweep(self, task: str, system: str, server: servers.Server, path: str, bodies: Path, model: str | None) -> None:
+        for concurrency in self.args.concurrency:
+            url = server.base_url + path
+            if self.args.warmup > 0:
+                loadgen.run_wrk(url, bodies, concurrency, self.args.warmup)
+            before = scrape_padding(server.base_url, model) if model else None
+            result = loadgen.run_wrk(url, bodies, concurrency, self.args.duration)
+            waste = None
+            if before is not None and model:
+                padding, real = (after - start for after, start in zip(scrape_padding(server.base_url, model), before,
+                                                                       strict=True))  # fmt: skip
+                waste = padding / (padding + real) if padding + real else None
+            row = {"task": task, "system": system, **result.to_json(), "padding_waste": waste}
+            log.info("%s %s c=%d: %.1f seq/s p50 %.0f ms p99 %.0f ms errors %d", task, system, concurrency,
+                     result.sequences_per_s, result.p50_ms, result.p99_ms, result.errors)  # fmt: skip
+            self.results["throughput"].append(row)
+
+    def run_bertserve(self, task: str, quantization: str) -> None:
+        name = f"{task}-{quantization}"
+        bodies = loadgen.write_bodies(
+            [{"model": name, "inputs": item} for item in load_inputs(task)], self.bodies_dir / f"bertserve-{task}.jsonl"
+        )
+        port = servers.free_port()
+        command = servers.bertserve_command({name: models.bundle_dir(task, quantization, self.args.train_scale)}, port)
+        command += ["--log-level", "warning", *shlex.split(self.args.bertserve_args)]
+        with servers.running(f"bertserve-{name}", command, port, "/health/ready", self.logs_dir) as server:
+            self.sweep(task, f"bertserve-{quantization}", server, f"/v1/{ROUTES[task]}", bodies, name)
+            if self.args.profile and task == "sst2" and quantization == "fp32":
+                self.profile_server(server, f"/v1/{ROUTES[task]}", bodies)
+
+    def profile_server(self, server: servers.Server, path: str, bodies: Path) -> None:
+        out = SCRATCH_DIR / "profile-bertserve-sst2-fp32.txt"
+        spy = profile.start_py_spy(server.pid, self.args.duration, out)
+        loadgen.run_wrk(server.base_url + path, bodies, PROFILE_CONCURRENCY, self.args.duration + 1)
+        summary = profile.finish_py_spy(spy, out)
+        if summary:
+            self.results["profile"] = {"concurrency": PROFILE_CONCURRENCY, "raw_file": str(out), **summary}
+
+    def run_naive(self) -> None:
+        checkpoint = models.ensure_checkpoint("sst2", self.args.train_scale)
+        bodies = self.bodies_dir / "bertserve-sst2.jsonl"
+        loadgen.write_bodies([{"inputs": text} for text in load_inputs("sst2")], bodies.with_name("naive-sst2.jsonl"))
+        port = servers.free_port()
+        env = servers.naive_env(checkpoint, "text-classification")
+        with servers.running("naive-sst2", servers.naive_command(port), port, "/health", self.logs_dir, env) as server:
+            self.sweep("sst2", "naive", server, "/v1/text-classification", bodies.with_name("naive-sst2.jsonl"), None)
+
+    def run_infinity(self) -> None:
+        venv = ensure_infinity_venv()
+        checkpoint = models.ensure_checkpoint("sst2", self.args.train_scale)
+        bodies = loadgen.write_bodies(
+            [{"model": "sst2", "input": [text]} for text in load_inputs("sst2")],
+            self.bodies_dir / "infinity-sst2.jsonl",
+        )
+        port = servers.free_port()
+        command = [*servers.infinity_command(venv, checkpoint, "sst2", port), "--log-level", "warning"]
+        with servers.running("infinity-sst2", command, port, "/models", self.logs_dir) as server:
+            self.sweep("sst2", "infinity", server, "/classify", bodies, None)
+
+    def run_accuracy(self) -> None:
+        names = ["sst2", "rte", "conll", "squad"]
+        self.prepare_models(names)
+        scale = self.args.train_scale
+        bundles = {f"{n}-{q}": models.bundle_dir(n, q, scale) for n in names for q in models.QUANTIZATIONS}
+        port = servers.free_port()
+        command = [*servers.bertserve_command(bundles, port), "--log-level", "warning"]
+        limit = self.args.max_eval
+        squad_start = int(models.SQUAD_EVAL_ARTICLES.split(":")[0])
+        evaluations = {
+            "sst2": ("SST-2 dev", "accuracy",
+                     lambda s: accuracy.classification_accuracy(s, datasets.read_sst2()[:limit])),
+            "rte": ("RTE dev", "accuracy",
+                    lambda s: accuracy.classification_accuracy(s, datasets.read_rte()[:limit])),
+            "conll": ("CoNLL-2003 valid", "f1", lambda s: accuracy.entity_f1(s, datasets.read_conll()[:limit])),
+            "squad": (f"SQuAD v1.1 dev-subset articles {models.SQUAD_EVAL_ARTICLES} (trained on "
+                      f"{models.SQUAD_TRAIN_ARTICLES})", "f1",
+                      lambda s: accuracy.squad_scores(s, datasets.read_squad(squad_start)[:limit])),
+        }  # fmt: skip
+        with servers.running("bertserve-accuracy", command, port, "/health/ready", self.logs_dir) as server:
+            for name, (dataset, metric, evaluate) in evaluations.items():
+                scores: dict[str, Any] = {"dataset": dataset, "metric": metric, "published": accuracy.PUBLISHED[name]}
+                for quantization in models.QUANTIZATIONS:
+                    scores[quantization] = evaluate(accuracy.Served(server.base_url, f"{name}-{quantization}"))
+                    log.info("accuracy %s %s: %s", name, quantization, scores[quantization])
+                self.results["accuracy"][name] = scores
+                self.save()
+
+    def run(self) -> None:
+        args = self.args
+        loadgen.require_wrk()
+        if args.throughput:
+            self.prepare_models(list(args.tasks))
+            if "infinity" in args.systems and "sst2" in args.tasks:
+                ensure_infinity_venv()
+            for task in args.tasks:
+                if "raw" in args.systems:
+                    self.run_raw(task)
+                    self.save()
+                if "bertserve" in args.systems:
+                    for quantization in models.QUANTIZATIONS:
+                        self.run_bertserve(task, quantization)
+                        self.save()
+            if "sst2" in args.tasks and "naive" in args.systems:
+                self.run_naive()
+                self.save()
+            if "sst2" in args.tasks and "infinity" in args.systems:
+                self.run_infinity()
+                self.save()
+        if args.accuracy:
+            self.run_accuracy()
+        self.save()
+        print_summary(self.results)
+
+
+def print_summary(results: dict[str, Any]) -> None:
+    for entry in results.get("ratios", []):
+        ratios = ", ".join(f"{key} {value:.2f}" for key, value in entry.items() if key not in ("task", "concurrency"))
+        print(f"{entry['task']:6s} c={entry['concurrency']:<4d} {ratios}")
+    for verdict in results.get("targets", []):
+        print(f"{'MET ' if verdict['met'] else 'MISS'} {verdict['task']:6s} {verdict['target']}: {verdict['worst']}")
+    for name, scores in results.get("accuracy", {}).items():
+        metric = scores["metric"]
+        print(f"accuracy {name:6s} {metric}: fp32 {scores['fp32'][metric]:.2f} int8 {scores['int8'][metric]:.2f}")
+
+
+def csv_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.run", description=__doc__)
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds measured per concurrency point")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of unmeasured load before each point")
+    parser.add_argument("--concurrency", type=lambda t: [int(c) for c in csv_list(t)], default=[1, 8, 32, 128])
+    parser.add_argument("--tasks", type=csv_list, default=list(TASKS), help=f"subset of {','.join(TASKS)}")
+    parser.add_argument("--systems", type=csv_list, default=list(SYSTEMS), help=f"subset of {','.join(SYSTEMS)}")
+    parser.add_argument("--no-throughput", dest="throughput", action="store_false", help="accuracy only")
+    parser.add_argument("--no-accuracy", dest="accuracy", action="store_false", help="throughput only")
+    parser.add_argument("--max-eval", type=int, default=None, help="evaluate only the first N examples per dataset")
+    parser.add_argument("--profile", action="store_true", help="py-spy bertserve (SST-2 fp32, concurrency 32)")
+    parser.add_argument("--bertserve-args", default="", help="extra flags for python -m service ('--max-wait-ms 5')")
+    parser.add_argument("--train-scale", type=float, default=1.0, help="shrink fine-tuning subsets (smoke runs)")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where results.{md,json} and plots go")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    unknown = (set(args.tasks) - set(TASKS)) | (set(args.systems) - set(SYSTEMS))
+    if unknown:
+        print(f"unknown tasks/systems: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    bench = Bench(args)
+    try:
+        bench.run()
+    except KeyboardInterrupt:
+        bench.save()
+        return 130
+    print(json.dumps({"results": str(args.out / "results.md")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
