@@ -182,7 +182,10 @@ class Engine:
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             raise RequestTimeout(f"request timed out after {self.settings.timeout_s:g} s")
-        rows = await self.batcher.run(sequences, remaining)
+        try:
+            rows = await self.batcher.run(sequences, remaining)
+        except RequestTimeout:
+            raise RequestTimeout(f"request timed out after {self.settings.timeout_s:g} s") from None
         results: list[Any] = []
         offset = 0
         try:

@@ -149,14 +149,17 @@ class Worker:
         self._thread.join(timeout)
 
     def _serve(self) -> None:
+        batch: Batch | None = None
         try:
             while (batch := self.batcher.next_batch()) is not None:
                 self._run_batch(batch)
         except BaseException as exc:
             self.died = exc
             logger.critical("worker for model %s died: %r; the model is no longer served", self.name, exc)
-            self.batcher.close(drain=False, error=NotReady(f"model {self.name} is not being served (worker died)"))
-            raise
+            error = NotReady(f"model {self.name} is not being served (its worker died)")
+            if batch is not None:
+                self.batcher.fail(batch, error)
+            self.batcher.close(drain=False, error=error)
 
     def _run_batch(self, batch: Batch) -> None:
         started = time.perf_counter()

@@ -1,0 +1,73 @@
+"""Running the app in-process for API tests: lifespan + httpx over ASGI, and a gate for the model."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+import httpx
+import numpy as np
+from fastapi import FastAPI
+
+from service.app import create_app
+from service.engine import Engine
+from service.runtime import ModelRunner, PaddedBatch
+from service.settings import Settings
+
+
+class GatedRunner:
+    """Wraps a real runner: each batch waits for ``gate``; records the token ids it runs."""
+
+    def __init__(self, inner: ModelRunner, gate: threading.Event) -> None:
+        self.inner = inner
+        self.gate = gate
+        self.output_names = inner.output_names
+        self.entered = threading.Event()
+        self.seen: list[np.ndarray] = []
+
+    def run(self, batch: PaddedBatch) -> dict[str, np.ndarray]:
+        self.seen.append(batch.input_ids[batch.attention_mask == 1])
+        self.entered.set()
+        self.gate.wait(10)
+        return self.inner.run(batch)
+
+    def seen_ids(self) -> set[int]:
+        return {int(value) for ids in self.seen for value in ids}
+
+
+def gate_engine(engine: Engine) -> tuple[GatedRunner, threading.Event]:
+    gate = threading.Event()
+    runner = GatedRunner(engine.worker.runner, gate)
+    engine.worker.runner = runner
+    return runner, gate
+
+
+async def wait_for(condition, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.002)
+
+
+async def wait_ready(client: httpx.AsyncClient, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (await client.get("/health/ready")).status_code != 200:
+        assert loop.time() < deadline, "service never became ready"
+        await asyncio.sleep(0.005)
+
+
+@asynccontextmanager
+async def serving(
+    settings: Settings, engines: Mapping[str, Engine] | None = None, ready: bool = True
+) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    app = create_app(settings, engines=engines)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            if ready:
+                await wait_ready(client)
+            yield app, client

@@ -1,0 +1,291 @@
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+
+import numpy as np
+import pytest
+
+from service.batcher import Batcher, BatchPolicy, choose_rows
+from service.errors import InferenceError, NotReady, Overloaded, RequestTimeout
+from service.runtime import Worker
+from tests.service.fakes import EchoRunner, seq
+
+
+class Harness:
+    def __init__(self, policy: BatchPolicy, runner: EchoRunner) -> None:
+        self.batcher = Batcher(policy, "fake")
+        self.runner = runner
+        self.worker = Worker("fake", self.batcher, runner, pad_token_id=0, token_level=runner.token_level)
+
+    def stop(self) -> None:
+        self.batcher.close(drain=False)
+        if self.runner.gate is not None:
+            self.runner.gate.set()
+        self.worker.join(5)
+
+
+def make(policy: BatchPolicy | None = None, runner: EchoRunner | None = None, start: bool = True) -> Harness:
+    harness = Harness(policy or BatchPolicy(max_wait_s=0.001), runner or EchoRunner())
+    if start:
+        harness.worker.start()
+    return harness
+
+
+async def wait_until(condition, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.001)
+
+
+def test_many_concurrent_submitters_each_get_their_own_rows_back() -> None:
+    policy = BatchPolicy(max_batch_tokens=256, max_batch_size=8, max_wait_s=0.002)
+    harness = make(policy)
+    rng = random.Random(0)
+
+    async def caller(request_id: int) -> None:
+        rows = [
+            [request_id * 100 + row * 10 + k + 1 for k in range(rng.randint(1, 9))] for row in range(rng.randint(1, 3))
+        ]
+        await asyncio.sleep(rng.random() * 0.01)
+        outputs = await harness.batcher.run([seq(ids) for ids in rows])
+        assert len(outputs) == len(rows)
+        for ids, output in zip(rows, outputs, strict=True):
+            np.testing.assert_array_equal(output["echo"], np.asarray(ids) * 2)
+            assert int(output["total"]) == sum(ids)
+
+    async def main() -> None:
+        await asyncio.gather(*(caller(i) for i in range(200)))
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    sizes = [batch.input_ids.shape[0] for batch in harness.runner.batches]
+    assert max(sizes) > 1, "concurrent rows were never batched together"
+    assert harness.worker.batches_failed == 0
+
+
+def test_batches_respect_the_token_budget_and_size_unless_one_row_exceeds_it() -> None:
+    policy = BatchPolicy(max_batch_tokens=40, max_batch_size=6, max_wait_s=0.005)
+    harness = make(policy, start=False)
+    rng = random.Random(1)
+    lengths = [rng.randint(1, 30) for _ in range(120)] + [55, 70]
+
+    async def main() -> None:
+        pending = [harness.batcher.submit([seq([1] * n)]) for n in lengths]
+        harness.worker.start()
+        await asyncio.gather(*(request.future for request in pending))
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    batches = harness.runner.batches
+    assert sum(batch.input_ids.shape[0] for batch in batches) == len(lengths)
+    for batch in batches:
+        rows, longest = batch.input_ids.shape
+        assert rows <= policy.max_batch_size
+        assert rows * longest <= policy.max_batch_tokens or rows == 1
+    assert any(batch.input_ids.shape == (1, 70) for batch in batches)
+
+
+def test_rows_are_grouped_by_length_and_sorted_within_a_batch() -> None:
+    policy = BatchPolicy(max_batch_tokens=10_000, max_batch_size=4, max_wait_s=0.0)
+    harness = make(policy, start=False)
+    lengths = [3, 40, 4, 41, 5, 42, 6, 43]  # interleaved short and long rows, oldest first
+
+    async def main() -> None:
+        pending = [harness.batcher.submit([seq([7] * n)]) for n in lengths]
+        harness.worker.start()
+        await asyncio.gather(*(request.future for request in pending))
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    seen = [list(batch.lengths) for batch in harness.runner.batches]
+    assert seen == [[3, 4, 5, 6], [40, 41, 42, 43]]
+
+
+def test_choose_rows_keeps_the_oldest_and_groups_neighbours_in_length() -> None:
+    lengths = [10, 50, 11, 49, 12, 48]
+    assert sorted(choose_rows(lengths, max_tokens=1000, max_size=3)) == [0, 2, 4]
+    chosen = choose_rows(lengths, max_tokens=1000, max_size=3)
+    assert [lengths[k] for k in chosen] == sorted(lengths[k] for k in chosen)
+    assert choose_rows([100, 1, 1], max_tokens=50, max_size=8) == [0]
+    rng = random.Random(2)
+    for _ in range(200):
+        lengths = [rng.randint(1, 64) for _ in range(rng.randint(1, 40))]
+        budget, size = rng.randint(1, 512), rng.randint(1, 16)
+        chosen = choose_rows(lengths, budget, size)
+        assert 0 in chosen and len(set(chosen)) == len(chosen) <= size
+        assert len(chosen) * max(lengths[k] for k in chosen) <= budget or len(chosen) == 1
+
+
+def test_max_wait_lets_rows_arriving_soon_after_join_the_batch() -> None:
+    harness = make(BatchPolicy(max_batch_tokens=1000, max_batch_size=8, max_wait_s=0.2))
+
+    async def main() -> None:
+        first = asyncio.ensure_future(harness.batcher.run([seq([1, 2])]))
+        await asyncio.sleep(0.02)
+        second = asyncio.ensure_future(harness.batcher.run([seq([3])]))
+        await asyncio.gather(first, second)
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    assert [list(batch.lengths) for batch in harness.runner.batches] == [[1, 2]]
+
+
+def test_cancelled_requests_never_reach_the_model() -> None:
+    gate = threading.Event()
+    harness = make(BatchPolicy(max_batch_tokens=1000, max_batch_size=1, max_wait_s=0.0), EchoRunner(gate=gate))
+
+    async def main() -> None:
+        blocker = asyncio.ensure_future(harness.batcher.run([seq([1])]))
+        await wait_until(harness.runner.entered.is_set)
+        doomed = asyncio.ensure_future(harness.batcher.run([seq([666, 667]), seq([668])]))
+        survivor = asyncio.ensure_future(harness.batcher.run([seq([5])]))
+        await wait_until(lambda: harness.batcher.queue_depth == 3)
+        doomed.cancel()
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(blocker, survivor)
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    seen = harness.runner.seen_ids()
+    assert {1, 5} <= seen
+    assert not seen & {666, 667, 668}
+    assert harness.batcher.dropped_rows == 2
+
+
+def test_timeout_fails_with_request_timeout_and_the_rows_are_dropped() -> None:
+    gate = threading.Event()
+    harness = make(BatchPolicy(max_batch_size=1, max_wait_s=0.0), EchoRunner(gate=gate))
+
+    async def main() -> None:
+        blocker = asyncio.ensure_future(harness.batcher.run([seq([1])]))
+        await wait_until(harness.runner.entered.is_set)
+        with pytest.raises(RequestTimeout) as caught:
+            await harness.batcher.run([seq([777])], timeout_s=0.05)
+        assert caught.value.status_code == 504
+        gate.set()
+        await blocker
+        assert (await harness.batcher.run([seq([8])]))[0]["total"] == 8
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    assert 777 not in harness.runner.seen_ids()
+
+
+def test_full_queue_is_overloaded_with_retry_after() -> None:
+    gate = threading.Event()
+    harness = make(BatchPolicy(max_batch_size=1, max_wait_s=0.0, max_queue=3), EchoRunner(gate=gate))
+
+    async def main() -> None:
+        running = asyncio.ensure_future(harness.batcher.run([seq([1])]))
+        await wait_until(harness.runner.entered.is_set)
+        queued = asyncio.ensure_future(harness.batcher.run([seq([2]), seq([3])]))
+        await wait_until(lambda: harness.batcher.queue_depth == 2)
+        with pytest.raises(Overloaded) as caught:
+            harness.batcher.submit([seq([4]), seq([5])])
+        assert caught.value.status_code == 429
+        assert int(caught.value.headers()["Retry-After"]) >= 1
+        harness.batcher.submit([seq([6])])  # one more row still fits
+        gate.set()
+        await asyncio.gather(running, queued)
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+
+
+def test_a_failing_batch_fails_only_its_requests_and_the_worker_keeps_serving() -> None:
+    gate = threading.Event()
+    runner = EchoRunner(gate=gate, poison=13)
+    harness = make(BatchPolicy(max_batch_tokens=1000, max_batch_size=2, max_wait_s=0.0), runner)
+
+    async def main() -> None:
+        first = asyncio.ensure_future(harness.batcher.run([seq([1])]))
+        await wait_until(runner.entered.is_set)
+        # Queued while the worker is busy: [13] and [2] form one batch, [3, 3] and [4, 4] the next.
+        poisoned = asyncio.ensure_future(harness.batcher.run([seq([13])]))
+        neighbour = asyncio.ensure_future(harness.batcher.run([seq([2])]))
+        await wait_until(lambda: harness.batcher.queue_depth == 2)
+        others = [asyncio.ensure_future(harness.batcher.run([seq([n, n])])) for n in (3, 4)]
+        await wait_until(lambda: harness.batcher.queue_depth == 4)
+        gate.set()
+        await first
+        for doomed in (poisoned, neighbour):
+            with pytest.raises(InferenceError, match="poisoned batch"):
+                await doomed
+        for task, n in zip(others, (3, 4), strict=True):
+            assert int((await task)[0]["total"]) == 2 * n
+        assert int((await harness.batcher.run([seq([9])]))[0]["total"]) == 9
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    assert harness.worker.alive is False  # stopped by the harness, not by the failure
+    assert harness.worker.batches_failed == 1 and harness.worker.died is None
+
+
+class WorkerKilled(BaseException):
+    pass
+
+
+class DyingRunner(EchoRunner):
+    def run(self, batch):  # type: ignore[no-untyped-def]
+        if bool((batch.input_ids == 99).any()):
+            raise WorkerKilled()
+        return super().run(batch)
+
+
+def test_a_dead_worker_fails_pending_requests_and_reports_not_alive() -> None:
+    harness = make(BatchPolicy(max_batch_size=1, max_wait_s=0.0), DyingRunner())
+
+    async def main() -> None:
+        assert int((await harness.batcher.run([seq([5])]))[0]["total"]) == 5
+        assert harness.worker.alive
+        with pytest.raises(NotReady):
+            await harness.batcher.run([seq([99])])
+        await wait_until(lambda: not harness.worker.alive)
+        with pytest.raises(NotReady):
+            harness.batcher.submit([seq([1])])
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    assert isinstance(harness.worker.died, WorkerKilled)
+
+
+def test_close_with_drain_finishes_queued_work_and_then_refuses() -> None:
+    harness = make(BatchPolicy(max_batch_size=2, max_wait_s=0.0), start=False)
+
+    async def main() -> None:
+        pending = [harness.batcher.submit([seq([n])]) for n in range(1, 6)]
+        harness.batcher.close(drain=True)
+        harness.worker.start()
+        results = await asyncio.gather(*(request.future for request in pending))
+        assert [int(rows[0]["total"]) for rows in results] == [1, 2, 3, 4, 5]
+        with pytest.raises(NotReady):
+            harness.batcher.submit([seq([1])])
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()

@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from model_export.bundle import BundleError, BundleSpec, write_spec
+from service.engine import Engine
+from service.errors import BadRequest, NotReady
+from service.settings import Settings
+from service.tasks import ClassificationParams, TokenClassificationParams
+from tests.service.tiny_models import CLASSIFICATION_LABELS, TinyModel
+
+TEXTS = [
+    "a wonderful movie",
+    "john smith lived in paris and worked for google in london for ten years",
+    "bad",
+    "the plot was boring but the music was great and the actors were good",
+    "mary",
+]
+
+
+def settings(**overrides: object) -> Settings:
+    return Settings(max_wait_ms=1.0, intra_op_threads=1, prepare_threads=2, **overrides)  # type: ignore[arg-type]
+
+
+def test_from_bundle_describes_the_model(text_classification_model: TinyModel) -> None:
+    engine = Engine.from_bundle(text_classification_model.bundle, settings(), name="sst")
+    info = engine.info
+    assert (info.name, info.task, info.labels) == ("sst", "text-classification", CLASSIFICATION_LABELS)
+    assert info.max_length == engine.context.max_length == 128 and info.quantization == "none"
+    ctx = engine.context
+    assert ctx.tokenizer.token_to_id("[MASK]") == ctx.mask_token_id
+    assert ctx.tokenizer.token_to_id("[PAD]") == ctx.pad_token_id
+    assert ctx.tokenizer.encode("movie").ids[0] == ctx.cls_token_id
+    assert ctx.tokenizer.padding is None and ctx.tokenizer.truncation is None
+
+
+@pytest.mark.parametrize(
+    ("task", "params"),
+    [
+        ("text-classification", ClassificationParams(top_k=None)),
+        ("token-classification", TokenClassificationParams(aggregation_strategy="none", ignore_labels=())),
+    ],
+)
+def test_concurrent_batched_answers_equal_one_at_a_time_answers(
+    tiny_models: dict[str, TinyModel], task: str, params: object
+) -> None:
+    engine = Engine.from_bundle(tiny_models[task].bundle, settings(max_batch_size=8))
+
+    async def main() -> tuple[list, list]:
+        await engine.start()
+        alone = [(await engine.infer([text], params))[0] for text in TEXTS]
+        together = await asyncio.gather(*(engine.infer([text], params) for text in TEXTS * 4))
+        one_request = await engine.infer(TEXTS, params)
+        await engine.stop()
+        return alone, [result[0] for result in together] + one_request
+
+    alone, batched = asyncio.run(main())
+    assert engine.worker.batches_served > 0
+    for got, expected in zip(batched, alone * 5, strict=True):
+        assert [{k: v for k, v in item.items() if k != "score"} for item in got] == [
+            {k: v for k, v in item.items() if k != "score"} for item in expected
+        ]
+        np.testing.assert_allclose([item["score"] for item in got], [item["score"] for item in expected], atol=1e-5)
+
+
+def test_input_errors_are_bad_requests(text_classification_model: TinyModel) -> None:
+    engine = Engine.from_bundle(text_classification_model.bundle, settings())
+
+    async def main() -> None:
+        await engine.start()
+        try:
+            with pytest.raises(BadRequest):
+                await engine.infer(["   "], ClassificationParams())
+            with pytest.raises(BadRequest):
+                await engine.infer(["fine"], ClassificationParams(function_to_apply="cube"))
+        finally:
+            await engine.stop()
+
+    asyncio.run(main())
+
+
+def test_stop_drains_in_flight_requests_then_refuses(text_classification_model: TinyModel) -> None:
+    engine = Engine.from_bundle(text_classification_model.bundle, settings())
+
+    async def main() -> None:
+        await engine.start()
+        in_flight = [asyncio.ensure_future(engine.infer([text], ClassificationParams())) for text in TEXTS]
+        await asyncio.sleep(0.05)  # the requests are tokenized and queued
+        await engine.stop(drain=True)
+        results = await asyncio.gather(*in_flight)
+        assert all(len(result) == 1 and result[0][0]["label"] in CLASSIFICATION_LABELS for result in results)
+        assert not engine.ready and not engine.worker.alive
+        with pytest.raises(NotReady):
+            await engine.infer(["late"], ClassificationParams())
+
+    asyncio.run(main())
+
+
+def copy_bundle(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def rewrite_spec(folder: Path, **changes: object) -> None:
+    data = json.loads((folder / "bundle.json").read_text())
+    data.update(changes)
+    write_spec(folder, BundleSpec.from_json(data, folder))
+
+
+def test_bad_bundles_raise_bundle_errors_naming_the_folder(
+    text_classification_model: TinyModel, tmp_path: Path
+) -> None:
+    source = text_classification_model.bundle
+    tampered = copy_bundle(source, tmp_path / "tampered")
+    with (tampered / "model.onnx").open("ab") as handle:
+        handle.write(b"junk")
+    garbage = copy_bundle(source, tmp_path / "garbage")
+    (garbage / "model.onnx").write_bytes(b"not an onnx model")
+    rewrite_spec(garbage)
+    no_mask = copy_bundle(source, tmp_path / "no-mask")
+    rewrite_spec(no_mask, special_tokens={"mask_token": "[NOPE]"})
+    no_tokenizer = copy_bundle(source, tmp_path / "no-tokenizer")
+    (no_tokenizer / "tokenizer.json").unlink()
+    cases = {tampered: "hash", garbage: "model.onnx cannot be loaded", no_mask: "[NOPE]", no_tokenizer: "tokenizer"}
+    for folder, problem in cases.items():
+        with pytest.raises(BundleError) as caught:
+            Engine.from_bundle(folder, settings())
+        assert str(folder) in str(caught.value) and problem in str(caught.value)

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from service.__main__ import main, settings_from_args
+from service.settings import Settings, discover_bundles
+from tests.service.tiny_models import TinyModel
+
+
+def test_settings_read_the_environment_when_built_not_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    bad_env = {**os.environ, "BERTSERVE_MAX_BATCH_TOKENS": "not a number", "BERTSERVE_PORT": "-1"}
+    imported = subprocess.run(
+        [sys.executable, "-c", "import service.app, service.__main__, service.settings"], env=bad_env, check=False
+    )
+    assert imported.returncode == 0
+    monkeypatch.setenv("BERTSERVE_MAX_BATCH_TOKENS", "not a number")
+    with pytest.raises(ValidationError):
+        Settings()
+    monkeypatch.setenv("BERTSERVE_MAX_BATCH_TOKENS", "1234")
+    monkeypatch.setenv("BERTSERVE_MODELS", "a=/x/a, b=/y/b")
+    monkeypatch.setenv("BERTSERVE_LOG_LEVEL", "debug")
+    settings = Settings()
+    assert settings.max_batch_tokens == 1234 and settings.log_level == "debug"
+    assert settings.model_sources() == {"a": Path("/x/a"), "b": Path("/y/b")}
+
+
+def test_models_must_be_name_equals_path() -> None:
+    with pytest.raises(ValidationError, match="NAME=PATH"):
+        Settings(models=["just-a-path"])
+    with pytest.raises(ValidationError):
+        Settings(max_batch_size=0)
+
+
+def test_models_dir_serves_bundle_folders_by_name_and_flags_add_more(
+    tiny_models: dict[str, TinyModel], tmp_path: Path
+) -> None:
+    for task in ("fill-mask", "text-classification"):
+        shutil.copytree(tiny_models[task].bundle, tmp_path / f"my-{task}")
+    (tmp_path / "notes").mkdir()
+    assert set(discover_bundles(tmp_path)) == {"my-fill-mask", "my-text-classification"}
+    extra = tiny_models["question-answering"].bundle
+    settings = settings_from_args(["--models", str(tmp_path), "--model", f"qa={extra}", "--max-wait-ms", "3"])
+    assert settings.model_sources() == {
+        "my-fill-mask": tmp_path / "my-fill-mask",
+        "my-text-classification": tmp_path / "my-text-classification",
+        "qa": extra,
+    }
+    assert settings.max_wait_ms == 3.0
+
+
+def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BERTSERVE_PORT", "9000")
+    monkeypatch.setenv("BERTSERVE_MAX_QUEUE", "7")
+    settings = settings_from_args(["--port", "9100"])
+    assert (settings.port, settings.max_queue) == (9100, 7)
+
+
+def test_bad_bundle_stops_start_up_with_one_line_naming_it(
+    tiny_models: dict[str, TinyModel], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copytree(tiny_models["fill-mask"].bundle, tmp_path / "good")
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_models["fill-mask"].bundle, broken)
+    (broken / "tokenizer.json").write_text("{}")
+    assert main(["--models", str(tmp_path)]) != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "broken" in lines[0] and "tokenizer.json" in lines[0]
+    assert main(["--models", str(tmp_path / "missing")]) != 0
+    assert main([]) != 0
+    assert "no models" in capsys.readouterr().err
