@@ -299,6 +299,8 @@ def export_bundle(
         raise ExportError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
     if precision == "fp16" and quantize != "none":
         raise ExportError("int8 quantization is a CPU path; it cannot be combined with precision fp16")
+    if precision == "fp16" and "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise ExportError("precision fp16 needs onnxruntime-gpu with the CUDA execution provider")
     _check_out_dir(out_dir)
     steps = 4 + (optimize or precision == "fp16") + (quantize != "none" or precision == "fp16")
     step = iter(range(1, steps + 1))
