@@ -79,12 +79,39 @@ def _bert_pipeline(
     return tokenizer
 
 
+def _follow_config_normalizer(tokenizer: Tokenizer, config: dict[str, Any], folder: Path) -> None:
+    """transformers' BertTokenizerFast rebuilds the normalizer when tokenizer_config.json disagrees with it; so do we.
+
+    Its defaults apply to absent keys (do_lower_case True), so a config that omits do_lower_case lower-cases too.
+    """
+    normalizer = tokenizer.normalizer
+    if not isinstance(normalizer, normalizers.BertNormalizer):
+        return
+    wanted = {
+        "lowercase": bool(config.get("do_lower_case", True)),
+        "strip_accents": config.get("strip_accents"),
+        "handle_chinese_chars": bool(config.get("tokenize_chinese_chars", True)),
+    }
+    current = {name: getattr(normalizer, name) for name in wanted}
+    if wanted != current:
+        logger.info(
+            "%s: tokenizer_config.json overrides the tokenizer.json normalizer: %s -> %s", folder, current, wanted
+        )
+        tokenizer.normalizer = normalizers.BertNormalizer(clean_text=normalizer.clean_text, **wanted)
+
+
 def load_tokenizer(folder: str | Path) -> Tokenizer:
-    """tokenizer.json when present, else vocab.txt + tokenizer_config.json; padding and truncation always off."""
+    """tokenizer.json when present, else vocab.txt + tokenizer_config.json; padding and truncation always off.
+
+    Either way the result tokenizes like transformers' AutoTokenizer.from_pretrained(folder) (a BertTokenizerFast).
+    """
     folder = Path(folder)
     tokenizer_file = folder / "tokenizer.json"
     if tokenizer_file.is_file():
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        config_file = folder / "tokenizer_config.json"
+        if config_file.is_file():
+            _follow_config_normalizer(tokenizer, _read_json(config_file), folder)
     else:
         vocab_file = folder / "vocab.txt"
         if not vocab_file.is_file():

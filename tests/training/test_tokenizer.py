@@ -148,6 +148,25 @@ def test_save_tokenizer_writes_the_normalizer_truth_when_told_otherwise(
     assert json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())["do_lower_case"] is False
 
 
+@pytest.mark.parametrize(
+    "tokenizer_config",
+    [{"do_lower_case": True, "strip_accents": False}, {"tokenize_chinese_chars": False}, {"do_lower_case": False}],
+)
+def test_tokenizer_config_overrides_tokenizer_json_normalizer_like_transformers(
+    tokenizer_config: dict[str, Any], cased_vocab: Path, tmp_path: Path
+) -> None:
+    import transformers
+
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(cased_vocab, source / "vocab.txt")
+    (source / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+    folder = tmp_path / "saved"
+    save_tokenizer(load_tokenizer(source), folder, do_lower_case=False)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer", **tokenizer_config}))
+    assert_same_encodings(load_tokenizer(folder), transformers.AutoTokenizer.from_pretrained(folder))
+
+
 @pytest.mark.parametrize("lowercase", [True, False])
 def test_trained_wordpiece_has_bert_special_tokens_and_casing(lowercase: bool, tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.txt"
