@@ -158,7 +158,7 @@ def _fit_state_dict(
     return fitted
 
 
-def load_model(folder: str | Path, architecture: str | None = None, **config_overrides: Any) -> nn.Module:
+def load_model(folder: str | Path, architecture: str | None = None, **config_overrides: Any) -> BertPreTrainedModule:
     """Build ARCHITECTURES[architecture or the config's first architecture or BertModel] and load its weights.
 
     config_overrides (e.g. id2label, problem_type, hidden_dropout_prob) replace config.json values, which lets
