@@ -8,8 +8,9 @@ pipeline does not truncate fill-mask inputs either).
 
 The pipeline decodes ``sequence`` and ``token_str`` with the tokenizer's ``decode`` and then, when
 the checkpoint's tokenizer_config sets ``clean_up_tokenization_spaces``, with transformers'
-``clean_up_tokenization``; ``tokenizer.json`` does not carry that flag, so it is a handler setting
-(``False``: what ``BertTokenizerFast`` does when the config does not set it).
+``clean_up_tokenization`` (``"in ' s"`` -> ``"in's"``). ``tokenizer.json`` does not carry that flag,
+so it is a handler setting, ``True`` by default: what BERT checkpoints (the hub's and the ones
+``training`` writes) set.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class FillMaskHandler:
     task = "fill-mask"
     output_names = ("logits",)
 
-    def __init__(self, clean_up_tokenization_spaces: bool = False) -> None:
+    def __init__(self, clean_up_tokenization_spaces: bool = True) -> None:
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: FillMaskParams) -> list[Prepared]:

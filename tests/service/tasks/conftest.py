@@ -67,6 +67,7 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     hf_tokenizer = transformers.BertTokenizerFast(
         tokenizer_object=train_tokenizer(),
         model_max_length=MAX_LENGTH,
+        clean_up_tokenization_spaces=True,  # as BERT checkpoints set it (the fill-mask handler's default)
         unk_token="[UNK]",
         sep_token="[SEP]",
         pad_token="[PAD]",

@@ -44,18 +44,20 @@ def test_matches_pipeline(fill_mask: TaskFixture, params: FillMaskParams) -> Non
         assert_same(result, theirs if text.count("[MASK]") > 1 else [theirs])
 
 
-def test_clean_up_tokenization_spaces_matches_a_tokenizer_that_sets_it(fill_mask: TaskFixture) -> None:
+def test_without_clean_up_tokenization_spaces_matches_a_tokenizer_that_does_not_set_it(fill_mask: TaskFixture) -> None:
     text = "Geneva's bankers didn't [MASK] about it ."
-    handler = FillMaskHandler(clean_up_tokenization_spaces=True)
+    handler = FillMaskHandler(clean_up_tokenization_spaces=False)
     (ours,) = fill_mask.run(handler, [text], FillMaskParams())
+    (cleaned,) = fill_mask.run(HANDLERS["fill-mask"], [text], FillMaskParams())
     tokenizer = fill_mask.pipeline.tokenizer
-    tokenizer.clean_up_tokenization_spaces = True
+    tokenizer.clean_up_tokenization_spaces = False
     try:
         theirs = fill_mask.pipeline(text)
     finally:
-        tokenizer.clean_up_tokenization_spaces = False
+        tokenizer.clean_up_tokenization_spaces = True
     assert_same(ours, [theirs])
-    assert "'s" in ours[0][0]["sequence"]
+    assert " ' s" in ours[0][0]["sequence"]
+    assert "'s" in cleaned[0][0]["sequence"] and " ' s" not in cleaned[0][0]["sequence"]
 
 
 @pytest.mark.parametrize(
