@@ -127,7 +127,9 @@ def _fit_state_dict(
     # Heads without a pooler (MLM, QA, token classification) leave a pretrained pooler unused, as in transformers.
     other_heads = {key for key in unexpected if key in KNOWN_HEAD_KEYS or key.startswith(("pooler.", "bert.pooler."))}
     if unexpected - other_heads:
-        raise CheckpointError(f"{folder}: unexpected weights for {type(model).__name__}: {_summarise(unexpected)}")
+        raise CheckpointError(
+            f"{folder}: unexpected weights for {type(model).__name__}: {_summarise(unexpected - other_heads)}"
+        )
     if other_heads:
         logger.info("%s: ignoring weights %s has no use for: %s", folder, type(model).__name__, _summarise(other_heads))
     for key in other_heads:
