@@ -1,0 +1,212 @@
+"""End-to-end CLI runs on a tiny base checkpoint built in the test; transformers is the oracle for the output."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.training.conftest import TINY_CORPUS
+from training.checkpoint import load_model
+from training.cli import main
+from training.tokenizer import load_tokenizer, save_tokenizer
+
+transformers = pytest.importorskip("transformers")
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["--batch-size", "4", "--max-length", "48", "--seed", "0"]
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory, tiny_wordpiece) -> Path:
+    """A random transformers BertForPreTraining (hidden 32, 2 layers) saved with our tokenizer files."""
+    folder = tmp_path_factory.mktemp("tiny-base")
+    config = transformers.BertConfig(
+        vocab_size=tiny_wordpiece.get_vocab_size(),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    transformers.BertForPreTraining(config).save_pretrained(folder)
+    save_tokenizer(tiny_wordpiece, folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("data")
+    sentences = [s for line in TINY_CORPUS for s in line.split(". ")]
+    files = {"sst": folder / "train.tsv", "sst_eval": folder / "dev.tsv"}
+    rows = "".join(f"{s} \t{i % 2}\n" for i, s in enumerate(sentences * 2))
+    files["sst"].write_text("sentence\tlabel\n" + rows)
+    files["sst_eval"].write_text("sentence\tlabel\n" + rows[: rows.index("\n", 200) + 1])
+    files["conll"] = folder / "train.txt"
+    conll_lines = ["-DOCSTART- -X- -X- O", ""]
+    for line in TINY_CORPUS:
+        for i, word in enumerate(line.replace(".", " .").replace(",", " ,").split()):
+            tag = "B-PER" if word[0].isupper() and i else "O"
+            conll_lines.append(f"{word} NN O {tag}")
+        conll_lines.append("")
+    files["conll"].write_text("\n".join(conll_lines))
+    files["squad"] = folder / "squad.json"
+    articles = []
+    for a, line in enumerate(TINY_CORPUS):
+        answer = line.split()[1]
+        qa = {
+            "id": f"q{a}",
+            "question": "What is the second word?",
+            "answers": [{"text": answer, "answer_start": line.index(answer)}],
+        }
+        articles.append({"title": f"t{a}", "paragraphs": [{"context": line, "qas": [qa]}]})
+    files["squad"].write_text(json.dumps({"version": "1.1", "data": articles}))
+    files["text"] = folder / "text.txt"
+    files["text"].write_text("\n".join(TINY_CORPUS * 2) + "\n")
+    return files
+
+
+TASK_CASES = {
+    "text-classification": ("sst", ["--eval", "{sst_eval}"], "AutoModelForSequenceClassification", "logits"),
+    "token-classification": ("conll", ["--eval", "{conll}"], "AutoModelForTokenClassification", "logits"),
+    "question-answering": (
+        "squad",
+        ["--articles", "0:3", "--eval", "{squad}", "--eval-articles", "3:", "--doc-stride", "8"],
+        "AutoModelForQuestionAnswering",
+        "start_logits",
+    ),
+    "fill-mask": ("text", ["--eval", "{text}"], "AutoModelForMaskedLM", "logits"),
+}
+
+
+@pytest.mark.parametrize("task", list(TASK_CASES))
+def test_finetuned_checkpoint_loads_in_transformers_with_equal_logits(
+    task: str, tiny_base: Path, data_files: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    train_key, extra, auto_class, output_name = TASK_CASES[task]
+    out = tmp_path / "out"
+    extra = [arg.format(**{k: str(v) for k, v in data_files.items()}) for arg in extra]
+    argv = ["finetune", "--task", task, "--base", str(tiny_base), "--train", str(data_files[train_key])]
+    assert main([*argv, "--out", str(out), "--epochs", "2", "--lr", "1e-3", *TINY, *extra]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert summary["best"] == metrics["best"] and len(metrics["history"]) == 2
+
+    reference, info = getattr(transformers, auto_class).from_pretrained(out, output_loading_info=True)
+    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+    ours = load_model(out)
+    tokenizer = load_tokenizer(out)
+    encodings = [tokenizer.encode("the quick brown fox", "where did it go?"), tokenizer.encode("a great movie")]
+    width = max(len(e.ids) for e in encodings)
+    inputs = {
+        "input_ids": torch.tensor([e.ids + [0] * (width - len(e.ids)) for e in encodings]),
+        "attention_mask": torch.tensor([[1] * len(e.ids) + [0] * (width - len(e.ids)) for e in encodings]),
+        "token_type_ids": torch.tensor([e.type_ids + [0] * (width - len(e.ids)) for e in encodings]),
+    }
+    with torch.no_grad():
+        expected = getattr(reference.eval()(**inputs), output_name)
+        actual = ours(**inputs)[output_name]
+    assert torch.allclose(actual, expected, atol=1e-5)
+    if task in ("text-classification", "token-classification"):
+        assert set(reference.config.label2id) == ({"0", "1"} if task == "text-classification" else {"O", "B-PER"})
+
+
+def test_pretrain_reports_both_losses_and_saves_a_pretraining_checkpoint(tmp_path: Path, capsys) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TINY_CORPUS * 4) + "\n")
+    out = tmp_path / "pretrained"
+    argv = ["pretrain", "--corpus", str(corpus), "--out", str(out), "--vocab-size", "150", "--layers", "1"]
+    argv += ["--hidden", "32", "--heads", "4", "--intermediate", "64", "--steps", "6", "--eval-every", "3"]
+    argv += ["--eval-fraction", "0.3", *TINY]
+    assert main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [h["step"] for h in metrics["history"]] == [3, 6]
+    assert {"mlm_top1_accuracy", "perplexity", "nsp_accuracy", "nsp_loss"} <= set(metrics["best"])
+    err = capsys.readouterr().err
+    assert "mlm_loss=" in err and "nsp_loss=" in err
+    _, info = transformers.BertForPreTraining.from_pretrained(out, output_loading_info=True)
+    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+    assert (
+        transformers.AutoTokenizer.from_pretrained(out).tokenize("the fox")
+        == load_tokenizer(out).encode("the fox", add_special_tokens=False).tokens
+    )
+
+
+def _bad_cases(tmp_path: Path, base: Path, data: dict[str, Path]) -> list[tuple[list[str], str]]:
+    missing_column = tmp_path / "nolabel.tsv"
+    missing_column.write_text("sentence\tscore\nfine\t1\n")
+    unknown_label = tmp_path / "unknown.tsv"
+    unknown_label.write_text("sentence\tlabel\nfine\t7\n")
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    not_bert = tmp_path / "not-bert"
+    not_bert.mkdir()
+    (not_bert / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    small = tmp_path / "small.txt"
+    small.write_text("One sentence here. And a second one.\nAnother document. With two sentences.\n")
+    classify = ["finetune", "--task", "text-classification", "--base", str(base), "--out", str(tmp_path / "o")]
+    return [
+        ([*classify, "--train", str(missing_column)], str(missing_column)),
+        ([*classify, "--train", str(data["sst"]), "--eval", str(unknown_label)], str(unknown_label)),
+        ([*classify, "--train", str(empty)], str(empty)),
+        ([*classify[:4], str(not_bert), *classify[5:], "--train", str(data["sst"])], str(not_bert)),
+        (
+            ["pretrain", "--corpus", str(small), "--out", str(tmp_path / "p"), "--steps", "1000", "--vocab-size", "60"],
+            str(small),
+        ),
+    ]
+
+
+def test_bad_input_stops_with_one_line_naming_the_file(tmp_path: Path, tiny_base: Path, data_files, capsys) -> None:
+    expected_problems = ["no label column", "unknown label '7'", "empty", "model_type", "too small"]
+    for (argv, named), problem in zip(_bad_cases(tmp_path, tiny_base, data_files), expected_problems, strict=True):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ")
+        assert named in err[0] and problem in err[0]
+        assert "Traceback" not in err[0]
+    assert not (tmp_path / "o" / "model.safetensors").exists()
+
+
+def test_help_and_bad_input_as_a_process(tmp_path: Path) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "training", "finetune", "--help"], capture_output=True, text=True, cwd=REPO, env=env
+    )
+    assert shown.returncode == 0 and "--task" in shown.stdout and "--doc-stride" in shown.stdout
+    missing = tmp_path / "missing.tsv"
+    run = subprocess.run(
+        [sys.executable, "-m", "training", "finetune", "--task", "text-classification", "--base", str(tmp_path),
+         "--train", str(missing), "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, cwd=REPO, env=env,
+    )  # fmt: skip
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path}")
+
+
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None and not Path(sys.executable).with_name("torchrun").exists(), reason="no torchrun"
+)
+def test_two_process_torchrun_writes_one_checkpoint(
+    tiny_base: Path, data_files: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "ddp"
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    command = [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "training", "finetune"]
+    command += ["--task", "text-classification", "--base", str(tiny_base), "--train", str(data_files["sst"])]
+    command += ["--eval", str(data_files["sst_eval"]), "--out", str(out), "--epochs", "1", *TINY]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["world_size"] == 2
+    assert len(metrics["history"]) == 1
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".safetensors") == ["model.safetensors"]
+    assert run.stdout.count('"best"') == 1  # only rank 0 prints the summary

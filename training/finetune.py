@@ -1,0 +1,266 @@
+"""Fine-tuning: a task's data files -> features, a head on the base checkpoint, an evaluator, then `train`.
+
+Tasks: text-classification (CSV/TSV/JSONL), question-answering (SQuAD v1.1/v2.0 JSON), token-classification
+(CoNLL or JSONL), fill-mask (plain text, continued MLM training).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+from torch import nn
+
+from training.checkpoint import CheckpointError, load_config, load_model, save_model
+from training.data import (
+    IGNORE_INDEX,
+    DataError,
+    Feature,
+    check_labels,
+    collate,
+    encode_classification,
+    encode_text_lines,
+    encode_token_classification,
+    label_list,
+    read_classification_rows,
+    read_tagged_sentences,
+    read_text_lines,
+)
+from training.metrics import MlmAccumulator, classification_metrics, entity_metrics, squad_metrics
+from training.model import TASK_ARCHITECTURES
+from training.pretrain_data import MlmCollator
+from training.squad import decode_answers, parse_article_range, read_squad, window_examples
+from training.tokenizer import load_tokenizer
+from training.train import Batch, Runtime, TrainingArguments, train
+
+logger = logging.getLogger(__name__)
+
+TASKS = ("text-classification", "question-answering", "token-classification", "fill-mask")
+PRIMARY_METRIC = {
+    "text-classification": "accuracy",
+    "question-answering": "f1",
+    "token-classification": "f1",
+    "fill-mask": "mlm_top1_accuracy",
+}
+
+
+@dataclass
+class FinetuneOptions:
+    task: str
+    base: Path
+    train_file: Path
+    out: Path
+    eval_file: Path | None = None
+    max_length: int = 128
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    text_column: str | None = None
+    text_pair_column: str | None = None
+    label_column: str | None = None
+    tag_column: int = -1
+    labels: list[str] | None = None
+    doc_stride: int = 128
+    max_query_length: int = 64
+    max_answer_length: int = 30
+    articles: str | None = None
+    eval_articles: str | None = None
+    training: TrainingArguments = field(default_factory=TrainingArguments)
+
+
+@dataclass
+class TaskData:
+    train_features: list[Feature]
+    collate_fn: Callable[[Sequence[Feature]], Batch]
+    evaluate: Callable[[nn.Module], dict[str, float]] | None
+    config_overrides: dict[str, Any]
+
+
+def _predict(
+    model: nn.Module, features: Sequence[Feature], batch_size: int, device: torch.device
+) -> list[dict[str, torch.Tensor]]:
+    """Per-feature outputs (per-token outputs cut to the feature's length), in the order of `features`.
+
+    Batches are formed from length-sorted features so little padding is computed.
+    """
+    model.eval()
+    order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
+    results: list[dict[str, torch.Tensor]] = [{} for _ in features]
+    with torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            indices = order[start : start + batch_size]
+            batch = collate([features[i] for i in indices])
+            inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
+            outputs = {key: value.float().cpu() for key, value in model(**inputs).items()}
+            for row, index in enumerate(indices):
+                length = len(features[index]["input_ids"])
+                for key, value in outputs.items():
+                    per_token = value.dim() == 3 or key in ("start_logits", "end_logits")
+                    results[index][key] = value[row, :length] if per_token else value[row]
+    return results
+
+
+def _classification(options: FinetuneOptions, tokenizer: Tokenizer, device: torch.device) -> TaskData:
+    columns = {
+        "text_column": options.text_column,
+        "text_pair_column": options.text_pair_column,
+        "label_column": options.label_column,
+    }
+    rows = read_classification_rows(options.train_file, **columns, max_rows=options.max_train_samples)
+    labels = label_list((row.label for row in rows), options.labels)
+    check_labels(options.train_file, (row.label for row in rows), labels)
+    label2id = {label: i for i, label in enumerate(labels)}
+    train_features = encode_classification(rows, tokenizer, label2id, options.max_length)
+    evaluate = None
+    if options.eval_file is not None:
+        eval_rows = read_classification_rows(options.eval_file, **columns, max_rows=options.max_eval_samples)
+        check_labels(options.eval_file, (row.label for row in eval_rows), labels)
+        eval_features = encode_classification(eval_rows, tokenizer, label2id, options.max_length)
+
+        def evaluate(model: nn.Module) -> dict[str, float]:
+            outputs = _predict(model, eval_features, options.training.eval_batch_size, device)
+            predicted = [int(out["logits"].argmax(-1)) for out in outputs]
+            return classification_metrics([f["labels"][0] for f in eval_features], predicted)
+
+    overrides = {
+        "id2label": dict(enumerate(labels)),
+        "label2id": label2id,
+        "problem_type": "single_label_classification",
+    }
+    return TaskData(train_features, collate, evaluate, overrides)
+
+
+def _token_classification(options: FinetuneOptions, tokenizer: Tokenizer, device: torch.device) -> TaskData:
+    sentences = read_tagged_sentences(options.train_file, options.tag_column, options.max_train_samples)
+    tags = label_list((tag for s in sentences for tag in s.tags), options.labels)
+    check_labels(options.train_file, (tag for s in sentences for tag in s.tags), tags, what="tag")
+    label2id = {tag: i for i, tag in enumerate(tags)}
+    train_features = encode_token_classification(sentences, tokenizer, label2id, options.max_length)
+    evaluate = None
+    if options.eval_file is not None:
+        eval_sentences = read_tagged_sentences(options.eval_file, options.tag_column, options.max_eval_samples)
+        check_labels(options.eval_file, (tag for s in eval_sentences for tag in s.tags), tags, what="tag")
+        eval_features = encode_token_classification(eval_sentences, tokenizer, label2id, options.max_length)
+        outside = "O" if "O" in label2id else tags[0]
+
+        def evaluate(model: nn.Module) -> dict[str, float]:
+            outputs = _predict(model, eval_features, options.training.eval_batch_size, device)
+            predicted_tags = []
+            for out, feature in zip(outputs, eval_features, strict=True):
+                first_subtokens = torch.tensor(feature["labels"]) != IGNORE_INDEX
+                predicted_tags.append([tags[int(i)] for i in out["logits"][first_subtokens].argmax(-1)])
+            # Words cut off by --max-length count as predicted "O", so truncation cannot inflate the score.
+            padded = [
+                p + [outside] * (len(s.tags) - len(p)) for p, s in zip(predicted_tags, eval_sentences, strict=True)
+            ]
+            return entity_metrics([s.tags for s in eval_sentences], padded)
+
+    overrides = {"id2label": dict(enumerate(tags)), "label2id": label2id, "problem_type": None}
+    return TaskData(train_features, collate, evaluate, overrides)
+
+
+def _question_answering(options: FinetuneOptions, tokenizer: Tokenizer, device: torch.device) -> TaskData:
+    window_options = {
+        "max_length": options.max_length,
+        "doc_stride": options.doc_stride,
+        "max_query_length": options.max_query_length,
+    }
+    articles = parse_article_range(options.articles) if options.articles else None
+    examples = read_squad(options.train_file, articles, options.max_train_samples)
+    train_features = [w.feature for w in window_examples(examples, tokenizer, **window_options)]
+    evaluate = None
+    if options.eval_file is not None:
+        eval_articles = parse_article_range(options.eval_articles) if options.eval_articles else None
+        eval_examples = read_squad(options.eval_file, eval_articles, options.max_eval_samples)
+        windows = window_examples(eval_examples, tokenizer, **window_options)
+        eval_features = [w.feature for w in windows]
+        allow_impossible = any(e.is_impossible for e in eval_examples)
+
+        def evaluate(model: nn.Module) -> dict[str, float]:
+            outputs = _predict(model, eval_features, options.training.eval_batch_size, device)
+            starts = [out["start_logits"].numpy() for out in outputs]
+            ends = [out["end_logits"].numpy() for out in outputs]
+            predictions = decode_answers(
+                eval_examples, windows, starts, ends, max_answer_length=options.max_answer_length,
+                allow_impossible=allow_impossible,
+            )  # fmt: skip
+            return squad_metrics(predictions, {e.qas_id: e.answer_texts for e in eval_examples})
+
+    return TaskData(train_features, collate, evaluate, {})
+
+
+def _fill_mask(options: FinetuneOptions, tokenizer: Tokenizer, device: torch.device) -> TaskData:
+    lines = read_text_lines(options.train_file, options.max_train_samples)
+    train_features = encode_text_lines(lines, tokenizer, options.max_length)
+    collator = MlmCollator(tokenizer, seed=options.training.seed)
+    evaluate = None
+    if options.eval_file is not None:
+        eval_features = encode_text_lines(
+            read_text_lines(options.eval_file, options.max_eval_samples), tokenizer, options.max_length
+        )
+
+        def evaluate(model: nn.Module) -> dict[str, float]:
+            # The same masks every evaluation, so epochs compare like with like.
+            eval_collator = MlmCollator(tokenizer, seed=options.training.seed + 1)
+            accumulator = MlmAccumulator()
+            model.eval()
+            with torch.no_grad():
+                for start in range(0, len(eval_features), options.training.eval_batch_size):
+                    batch = eval_collator(eval_features[start : start + options.training.eval_batch_size])
+                    labels = batch.pop("labels")
+                    logits = model(**{k: v.to(device) for k, v in batch.items()})["logits"]
+                    accumulator.add(logits.cpu(), labels)
+            return accumulator.scores()
+
+    return TaskData(train_features, collator, evaluate, {})
+
+
+TASK_BUILDERS = {
+    "text-classification": _classification,
+    "question-answering": _question_answering,
+    "token-classification": _token_classification,
+    "fill-mask": _fill_mask,
+}
+
+
+def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
+    load_config(options.base)  # fails fast, before any data is read, when --base is not a BERT checkpoint
+    try:
+        tokenizer = load_tokenizer(options.base)
+    except FileNotFoundError as error:
+        raise CheckpointError(str(error)) from None
+    task_data = TASK_BUILDERS[options.task](options, tokenizer, runtime.device)
+    if not task_data.train_features:
+        raise DataError(f"{options.train_file}: no training examples")
+    model = load_model(options.base, TASK_ARCHITECTURES[options.task], **task_data.config_overrides)
+    pad_token_id = model.config.pad_token_id
+    if pad_token_id != tokenizer.token_to_id("[PAD]"):
+        logger.warning("pad_token_id %s differs from the tokenizer's [PAD] id", pad_token_id)
+    if runtime.is_main:
+        logger.info(
+            "%s: %d training features, base %s, %s parameters",
+            options.task,
+            len(task_data.train_features),
+            options.base,
+            f"{sum(p.numel() for p in model.parameters()):,}",
+        )
+
+    def save(trained: nn.Module, folder: Path) -> None:
+        save_model(trained, folder, tokenizer)
+
+    report = train(
+        model,
+        task_data.train_features,
+        task_data.collate_fn,
+        options.training,
+        options.out,
+        save,
+        runtime,
+        evaluate=task_data.evaluate,
+        primary_metric=PRIMARY_METRIC[options.task] if task_data.evaluate else None,
+    )
+    return report

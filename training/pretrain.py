@@ -1,0 +1,146 @@
+"""Pre-training from scratch: WordPiece vocabulary (unless given), NSP sentence pairs, MLM + NSP summed loss."""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from training.checkpoint import save_model
+from training.data import DataError, Feature
+from training.metrics import MlmAccumulator
+from training.model import BertConfig, BertForPreTraining
+from training.pretrain_data import MlmCollator, corpus_to_nsp_features
+from training.tokenizer import load_tokenizer, save_tokenizer, train_wordpiece
+from training.train import Batch, Runtime, TrainingArguments, train
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PretrainOptions:
+    corpus: Path
+    out: Path
+    tokenizer: Path | None = None
+    vocab_size: int = 8000
+    layers: int = 4
+    hidden: int = 256
+    heads: int = 4
+    intermediate: int = 1024
+    max_length: int = 128
+    eval_fraction: float = 0.05
+    max_passes: float = 100.0
+    training: TrainingArguments = field(default_factory=lambda: TrainingArguments(max_steps=1000, learning_rate=1e-4))
+
+
+def pretraining_loss(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+    """Summed MLM + NSP loss; both parts are reported."""
+    outputs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    logits = outputs["prediction_logits"]  # (B, T, V)
+    mlm = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch["labels"].reshape(-1))
+    nsp = F.cross_entropy(outputs["seq_relationship_logits"].float(), batch["next_sentence_label"])
+    return mlm + nsp, {"mlm_loss": float(mlm.detach()), "nsp_loss": float(nsp.detach())}
+
+
+def _split(features: list[Feature], fraction: float, seed: int) -> tuple[list[Feature], list[Feature]]:
+    shuffled = list(features)
+    random.Random(seed).shuffle(shuffled)
+    held_out = min(2000, int(len(shuffled) * fraction)) if fraction > 0 else 0
+    return shuffled[held_out:], shuffled[:held_out]
+
+
+def _tokenizer_for(options: PretrainOptions, runtime: Runtime):
+    if options.tokenizer is not None:
+        try:
+            return load_tokenizer(options.tokenizer)
+        except FileNotFoundError as error:
+            raise DataError(f"--tokenizer {error}") from None
+    # One rank trains the vocabulary and the others read it back, so every rank has the very same ids.
+    if runtime.is_main:
+        tokenizer = train_wordpiece([options.corpus], options.vocab_size)
+        save_tokenizer(tokenizer, options.out)
+    if runtime.distributed:
+        dist.barrier()
+    return load_tokenizer(options.out)
+
+
+def pretrain(options: PretrainOptions, runtime: Runtime) -> dict[str, Any]:
+    args = options.training
+    if not options.corpus.is_file():
+        raise DataError(f"{options.corpus}: no such file")
+    tokenizer = _tokenizer_for(options, runtime)
+    features = corpus_to_nsp_features(options.corpus, tokenizer, options.max_length, args.seed)
+    train_features, eval_features = _split(features, options.eval_fraction, args.seed)
+    steps = args.max_steps or 1
+    needed = steps * args.batch_size * args.grad_accum * runtime.world_size
+    if len(train_features) < args.batch_size * runtime.world_size or needed > options.max_passes * len(train_features):
+        raise DataError(
+            f"{options.corpus}: too small for the requested steps: {len(train_features)} sentence pairs, but "
+            f"--steps {steps} x --batch-size {args.batch_size} needs {needed} samples "
+            f"(at most {options.max_passes:g} passes over the corpus and at least one full batch); "
+            "use a larger corpus, fewer --steps or a smaller --batch-size"
+        )
+    config = BertConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=options.hidden,
+        num_hidden_layers=options.layers,
+        num_attention_heads=options.heads,
+        intermediate_size=options.intermediate,
+        max_position_embeddings=max(512, options.max_length),
+        pad_token_id=tokenizer.token_to_id("[PAD]") or 0,
+        architectures=["BertForPreTraining"],
+    )
+    torch.manual_seed(args.seed)
+    model = BertForPreTraining(config)
+    if runtime.is_main:
+        logger.info(
+            "pretraining %s parameters on %d pairs (%d held out), vocabulary %d",
+            f"{sum(p.numel() for p in model.parameters()):,}",
+            len(train_features),
+            len(eval_features),
+            config.vocab_size,
+        )
+    collator = MlmCollator(tokenizer, pad_token_id=config.pad_token_id, seed=args.seed + runtime.rank)
+
+    def evaluate(trained: nn.Module) -> dict[str, float]:
+        if not eval_features:
+            return {}
+        eval_collator = MlmCollator(tokenizer, pad_token_id=config.pad_token_id, seed=args.seed + 1)
+        accumulator = MlmAccumulator()
+        nsp_correct, nsp_loss = 0, 0.0
+        trained.eval()
+        with torch.no_grad():
+            for start in range(0, len(eval_features), args.eval_batch_size):
+                batch = eval_collator(eval_features[start : start + args.eval_batch_size])
+                batch = {key: value.to(runtime.device) for key, value in batch.items()}
+                outputs = trained(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+                accumulator.add(outputs["prediction_logits"].cpu(), batch["labels"].cpu())
+                nsp_logits = outputs["seq_relationship_logits"].float()
+                nsp_correct += int((nsp_logits.argmax(-1) == batch["next_sentence_label"]).sum())
+                nsp_loss += float(F.cross_entropy(nsp_logits, batch["next_sentence_label"], reduction="sum"))
+        scores = accumulator.scores()
+        scores.update(nsp_accuracy=nsp_correct / len(eval_features), nsp_loss=nsp_loss / len(eval_features))
+        return scores
+
+    def save(trained: nn.Module, folder: Path) -> None:
+        save_model(trained, folder, tokenizer)
+
+    return train(
+        model,
+        train_features,
+        collator,
+        args,
+        options.out,
+        save,
+        runtime,
+        evaluate=evaluate,
+        primary_metric="mlm_top1_accuracy" if eval_features else None,
+        loss_fn=pretraining_loss,
+    )
