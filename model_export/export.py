@@ -17,20 +17,19 @@ Notes:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import shutil
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import onnx
 import onnxruntime as ort
 import torch
-from tokenizers import Tokenizer, normalizers
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 from torch import nn
 
 from model_export import optimize as graph_rewrites
@@ -45,10 +44,10 @@ from model_export.bundle import (
     Bundle,
     BundleError,
     BundleSpec,
-    SpecialTokens,
     read_bundle,
     write_spec,
 )
+from model_export.checkpoint_files import prepare_tokenizer, resolve_max_length, weights_sha256
 from model_export.validate import (
     Batch,
     ExportError,
@@ -66,7 +65,6 @@ from model_export.validate import (
 )
 from training.checkpoint import CheckpointError, load_config, load_model
 from training.model import TASK_ARCHITECTURES, BertConfig
-from training.tokenizer import load_tokenizer
 
 __all__ = ["ExportError", "ParityError", "detect_task", "export_bundle"]
 
@@ -90,6 +88,39 @@ TASK_SOURCES: dict[str, frozenset[str]] = {
     "feature-extraction": frozenset({"BertModel", "BertForPreTraining", "BertForSequenceClassification"}),
 }
 SPEED_BATCH = (8, 128)
+# What the exporter, onnx, the optimizer, the quantiser and onnxruntime raise for graphs or files they cannot handle.
+TOOL_ERRORS: tuple[type[BaseException], ...] = (
+    RuntimeError,
+    ValueError,
+    OSError,
+    onnx.checker.ValidationError,
+    ort_errors.Fail,
+    ort_errors.InvalidArgument,
+    ort_errors.InvalidGraph,
+    ort_errors.InvalidProtobuf,
+    ort_errors.NotImplemented,
+    ort_errors.RuntimeException,
+)
+
+
+class Progress:
+    """Numbered progress lines; a tool's exception inside a step becomes a one-line ExportError naming the step."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.done = 0
+
+    @contextmanager
+    def step(self, description: str) -> Iterator[None]:
+        self.done += 1
+        logger.info("[%d/%d] %s", self.done, self.total, description)
+        try:
+            yield
+        except (ExportError, BundleError):
+            raise
+        except TOOL_ERRORS as error:
+            detail = (str(error).strip().splitlines() or [""])[0]
+            raise ExportError(f"{description} failed: {type(error).__name__}: {detail}") from error
 
 
 def checkpoint_architecture(config: BertConfig) -> str:
@@ -167,90 +198,6 @@ def torch_references(adapter: OnnxAdapter, batches: Sequence[Batch]) -> list[Out
     return references
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ExportError(f"{path}: not valid JSON ({error})") from error
-    return data if isinstance(data, dict) else {}
-
-
-def _token_text(value: Any, default: str) -> str:
-    if isinstance(value, dict):
-        return str(value.get("content", default))
-    return default if value is None else str(value)
-
-
-def prepare_tokenizer(folder: Path, task: str, vocab_size: int) -> tuple[Tokenizer, SpecialTokens, bool, dict]:
-    """The checkpoint's fast tokenizer (padding/truncation off), its special tokens and do_lower_case."""
-    try:
-        tokenizer = load_tokenizer(folder)
-    except FileNotFoundError as error:
-        raise ExportError(str(error)) from error
-    except Exception as error:  # tokenizers raises bare Exception for malformed tokenizer.json
-        raise ExportError(f"{folder}: cannot load the tokenizer ({error})") from error
-    settings = {**_read_json(folder / "special_tokens_map.json"), **_read_json(folder / "tokenizer_config.json")}
-    normalizer = tokenizer.normalizer
-    if isinstance(normalizer, normalizers.BertNormalizer):
-        # transformers rebuilds the normalizer when tokenizer_config.json disagrees with tokenizer.json; so do we.
-        wanted = {
-            "lowercase": settings.get("do_lower_case", normalizer.lowercase),
-            "strip_accents": settings.get("strip_accents", normalizer.strip_accents),
-            "handle_chinese_chars": settings.get("tokenize_chinese_chars", normalizer.handle_chinese_chars),
-        }
-        if any(getattr(normalizer, key) != value for key, value in wanted.items()):
-            logger.info("tokenizer_config.json overrides the tokenizer.json normalizer: %s", wanted)
-            tokenizer.normalizer = normalizers.BertNormalizer(clean_text=normalizer.clean_text, **wanted)
-        do_lower_case = bool(wanted["lowercase"])
-    else:
-        do_lower_case = bool(settings.get("do_lower_case", True))
-    defaults = SpecialTokens()
-    special = SpecialTokens(
-        **{role: _token_text(settings.get(role), getattr(defaults, role)) for role in defaults.__dataclass_fields__}
-    )
-    required = ["cls_token", "sep_token", "pad_token", "unk_token"] + (["mask_token"] if task == "fill-mask" else [])
-    for role in required:
-        if tokenizer.token_to_id(getattr(special, role)) is None:
-            raise ExportError(f"{folder}: the tokenizer has no {role} {getattr(special, role)!r}")
-    if tokenizer.get_vocab_size(with_added_tokens=True) > vocab_size:
-        raise ExportError(
-            f"{folder}: the tokenizer has {tokenizer.get_vocab_size(with_added_tokens=True)} tokens, "
-            f"the model's vocab_size is {vocab_size}"
-        )
-    return tokenizer, special, do_lower_case, settings
-
-
-def resolve_max_length(requested: int | None, tokenizer_settings: dict, config: BertConfig) -> int:
-    limit = config.max_position_embeddings
-    if requested is not None:
-        if not 2 <= requested <= limit:
-            raise ExportError(f"--max-length {requested} is outside 2..{limit} (max_position_embeddings)")
-        return requested
-    from_tokenizer = tokenizer_settings.get("model_max_length")
-    if isinstance(from_tokenizer, int) and 2 <= from_tokenizer <= limit:
-        return from_tokenizer
-    return min(limit, 512)
-
-
-def weights_sha256(folder: Path) -> str:
-    """Hash of the weight files load_model reads (model.safetensors, its shards, or pytorch_model.bin)."""
-    index = folder / "model.safetensors.index.json"
-    if (folder / "model.safetensors").is_file():
-        files = [folder / "model.safetensors"]
-    elif index.is_file():
-        files = [folder / name for name in sorted(set(_read_json(index).get("weight_map", {}).values()))]
-    else:
-        files = [folder / "pytorch_model.bin"]
-    digest = hashlib.sha256()
-    for path in files:
-        with path.open("rb") as handle:
-            for chunk in iter(lambda handle=handle: handle.read(1 << 20), b""):
-                digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _check_out_dir(out_dir: Path) -> None:
     if out_dir.exists() and not (out_dir.is_dir() and (not any(out_dir.iterdir()) or (out_dir / BUNDLE_FILE).exists())):
         raise ExportError(f"{out_dir}: exists and is not a bundle folder; refusing to replace it")
@@ -267,16 +214,22 @@ def _install(staging: Path, out_dir: Path) -> None:
         shutil.rmtree(retired)
 
 
-def _speedup(fp32_path: Path, int8_path: Path, batch: Batch) -> dict[str, float]:
-    rates = {}
-    for label, path in (("fp32", fp32_path), ("int8", int8_path)):
-        session = cpu_session(path)
-        rates[label] = sequences_per_second(lambda feed, session=session: session.run(None, dict(feed)), batch, 0.3)
+def _compare_with_fp32(
+    task: str, fp32_path: Path, int8_path: Path, batches: Sequence[Batch], speed_batch: Batch
+) -> dict[str, Any]:
+    """int8 against the fp32 graph it came from: top-1 agreement / cosine on the probe and the measured speed-up."""
+    sessions = {"fp32": cpu_session(fp32_path), "int8": cpu_session(int8_path)}
+    outputs = {label: [run_session(session, batch) for batch in batches] for label, session in sessions.items()}
+    rates = {
+        label: sequences_per_second(lambda feed, session=session: session.run(None, dict(feed)), speed_batch, 0.3)
+        for label, session in sessions.items()
+    }
     return {
+        "vs_fp32": agreement_between(task, batches, outputs["fp32"], outputs["int8"]),
         "fp32_sequences_per_second": round(rates["fp32"], 2),
         "int8_sequences_per_second": round(rates["int8"], 2),
         "speedup_vs_fp32": round(rates["int8"] / rates["fp32"], 3),
-        "speed_batch": list(batch["input_ids"].shape),
+        "speed_batch": list(speed_batch["input_ids"].shape),
     }
 
 
@@ -302,28 +255,26 @@ def export_bundle(
     if precision == "fp16" and "CUDAExecutionProvider" not in ort.get_available_providers():
         raise ExportError("precision fp16 needs onnxruntime-gpu with the CUDA execution provider")
     _check_out_dir(out_dir)
-    steps = 4 + (optimize or precision == "fp16") + (quantize != "none" or precision == "fp16")
-    step = iter(range(1, steps + 1))
+    progress = Progress(4 + (optimize or precision == "fp16") + (quantize != "none" or precision == "fp16"))
 
-    logger.info("[%d/%d] loading %s", next(step), steps, checkpoint_dir)
-    try:
-        config = load_config(checkpoint_dir)
-        architecture = checkpoint_architecture(config)
-        task = resolve_task(task, architecture)
-        model = load_model(checkpoint_dir, TASK_ARCHITECTURES[task])
-    except CheckpointError as error:
-        raise ExportError(str(error)) from error
-    tokenizer, special, do_lower_case, tokenizer_settings = prepare_tokenizer(checkpoint_dir, task, config.vocab_size)
-    max_length = resolve_max_length(max_length, tokenizer_settings, config)
-    adapter = OnnxAdapter(model, TASK_OUTPUTS[task]).eval()
-    special_ids = SpecialIds(
-        cls=tokenizer.token_to_id(special.cls_token),
-        sep=tokenizer.token_to_id(special.sep_token),
-        pad=tokenizer.token_to_id(special.pad_token),
-    )
-    batches = probe_batches(config.vocab_size, special_ids, max_length, config.type_vocab_size)
-    references = torch_references(adapter, batches)
-    num_layers, num_heads, hidden_size = config.num_hidden_layers, config.num_attention_heads, config.hidden_size
+    with progress.step(f"loading {checkpoint_dir}"):
+        try:
+            config = load_config(checkpoint_dir)
+            architecture = checkpoint_architecture(config)
+            task = resolve_task(task, architecture)
+            model = load_model(checkpoint_dir, TASK_ARCHITECTURES[task])
+        except CheckpointError as error:
+            raise ExportError(str(error)) from error
+        tokenizer, special, do_lower_case, settings = prepare_tokenizer(checkpoint_dir, task, config.vocab_size)
+        max_length = resolve_max_length(max_length, settings, config)
+        adapter = OnnxAdapter(model, TASK_OUTPUTS[task]).eval()
+        special_ids = SpecialIds(
+            *(tokenizer.token_to_id(t) for t in (special.cls_token, special.sep_token, special.pad_token))
+        )
+        batches = probe_batches(config.vocab_size, special_ids, max_length, config.type_vocab_size)
+        references = torch_references(adapter, batches)
+    shape = (config.num_attention_heads, config.hidden_size, config.num_hidden_layers)
+    outputs = TASK_OUTPUTS[task]
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
@@ -331,83 +282,68 @@ def export_bundle(
     try:
         work = staging / "work"
         work.mkdir()
-        raw_path = work / "raw.onnx"
-        logger.info("[%d/%d] exporting %s as %s (opset %d)", next(step), steps, architecture, task, opset)
-        export_onnx(adapter, raw_path, task, opset)
-        logger.info("[%d/%d] checking the exported graph against torch", next(step), steps)
+        model_path, fused = work / "raw.onnx", {}
+        with progress.step(f"exporting {architecture} as {task} (opset {opset})"):
+            export_onnx(adapter, model_path, task, opset)
         fp32_tolerance = default_tolerance("fp32", "none", atol)
-        parity: dict[str, Any] = {
-            "fp32": check_parity(
-                task, raw_path, batches, references, TASK_OUTPUTS[task], fp32_tolerance, label="exported graph"
-            )
-        }
-        model_path, fused = raw_path, {}
-        if optimize and precision == "fp32":
-            logger.info("[%d/%d] fusing operators (onnxruntime BERT optimizer)", next(step), steps)
-            model_path = work / "fused.onnx"
-            fused = graph_rewrites.optimize_bert(raw_path, model_path, num_heads, hidden_size, num_layers)
-            parity["fp32"] = check_parity(
-                task, model_path, batches, references, TASK_OUTPUTS[task], fp32_tolerance, label="fused graph"
-            )
-        if quantize == "int8":
-            logger.info("[%d/%d] quantizing to int8 (dynamic, per-channel)", next(step), steps)
-            int8_path = work / "int8.onnx"
-            graph_rewrites.quantize_int8(model_path, int8_path)
-            tolerance = default_tolerance("fp32", "int8", atol)
-            report = check_parity(task, int8_path, batches, references, TASK_OUTPUTS[task], tolerance, label="int8")
-            fp32_session, int8_session = cpu_session(model_path), cpu_session(int8_path)
-            report["vs_fp32"] = agreement_between(
-                task,
-                batches,
-                [run_session(fp32_session, batch) for batch in batches],
-                [run_session(int8_session, batch) for batch in batches],
-            )
-            speed_batch = probe_batches(
-                config.vocab_size, special_ids, max_length, config.type_vocab_size, shapes=[SPEED_BATCH], seed=1
-            )[0]
-            report.update(_speedup(model_path, int8_path, speed_batch))
-            parity["int8"] = report
-            model_path = int8_path
-        if precision == "fp16":
-            logger.info("[%d/%d] fusing for GPU and converting to fp16", next(step), steps)
-            fp16_path = work / "fp16.onnx"
-            graph_rewrites.convert_fp16(raw_path, fp16_path, num_heads, hidden_size)
-            tolerance = default_tolerance("fp16", "none", atol)
-            parity["fp16"] = check_parity(
-                task, fp16_path, batches, references, TASK_OUTPUTS[task], tolerance, precision="fp16", label="fp16"
-            )
-            fused = {
-                name: count
-                for name, count in graph_rewrites.operator_counts(fp16_path).items()
-                if name in graph_rewrites.ATTENTION_OPS
+        with progress.step("checking the exported graph against torch"):
+            parity = {
+                "fp32": check_parity(task, model_path, batches, references, outputs, fp32_tolerance, "exported graph")
             }
-            model_path = fp16_path
+        if optimize and precision == "fp32":
+            with progress.step("fusing operators (onnxruntime BERT optimizer)"):
+                fused_path = work / "fused.onnx"
+                fused = graph_rewrites.optimize_bert(model_path, fused_path, *shape)
+                model_path = fused_path
+                parity["fp32"] = check_parity(
+                    task, model_path, batches, references, outputs, fp32_tolerance, "fused graph"
+                )
+        if quantize == "int8":
+            with progress.step("quantizing to int8 (dynamic, per-channel)"):
+                int8_path = work / "int8.onnx"
+                graph_rewrites.quantize_int8(model_path, int8_path)
+                tolerance = default_tolerance("fp32", "int8", atol)
+                parity["int8"] = check_parity(task, int8_path, batches, references, outputs, tolerance, "int8 graph")
+                speed_batch = probe_batches(
+                    config.vocab_size, special_ids, max_length, config.type_vocab_size, [SPEED_BATCH], seed=1
+                )[0]
+                parity["int8"].update(_compare_with_fp32(task, model_path, int8_path, batches, speed_batch))
+                model_path = int8_path
+        if precision == "fp16":
+            with progress.step("fusing for GPU and converting to fp16"):
+                fp16_path = work / "fp16.onnx"
+                fused = graph_rewrites.convert_fp16(model_path, fp16_path, *shape)
+                model_path = fp16_path
+                tolerance = default_tolerance("fp16", "none", atol)
+                parity["fp16"] = check_parity(
+                    task, model_path, batches, references, outputs, tolerance, "fp16 graph", "fp16"
+                )
 
-        logger.info("[%d/%d] writing the bundle to %s", next(step), steps, out_dir)
-        shutil.move(str(model_path), staging / MODEL_FILE)
-        tokenizer.save(str(staging / TOKENIZER_FILE))
-        shutil.rmtree(work)
-        spec = BundleSpec(
-            task=task,
-            architecture=architecture,
-            max_length=max_length,
-            id2label=dict(config.id2label or {}) if task in ("text-classification", "token-classification") else {},
-            problem_type=config.problem_type if task == "text-classification" else None,
-            do_lower_case=do_lower_case,
-            special_tokens=special,
-            outputs=list(TASK_OUTPUTS[task]),
-            precision=precision,
-            quantization=quantize,
-            optimized=bool(fused),
-            opset=opset,
-            onnxruntime_version=ort.__version__,
-            source_weights_sha256=weights_sha256(checkpoint_dir),
-            fused_operators=fused,
-            parity=parity,
-        )
-        write_spec(staging, spec)
-        read_bundle(staging)
-        _install(staging, out_dir)
+        with progress.step(f"writing the bundle to {out_dir}"):
+            shutil.move(str(model_path), staging / MODEL_FILE)
+            tokenizer.save(str(staging / TOKENIZER_FILE))
+            shutil.rmtree(work)
+            spec = BundleSpec(
+                task=task,
+                architecture=architecture,
+                max_length=max_length,
+                id2label=dict(config.id2label or {}) if task in ("text-classification", "token-classification") else {},
+                problem_type=config.problem_type if task == "text-classification" else None,
+                do_lower_case=do_lower_case,
+                special_tokens=special,
+                outputs=list(outputs),
+                precision=precision,
+                quantization=quantize,
+                optimized=bool(fused),
+                opset=opset,
+                onnxruntime_version=ort.__version__,
+                source_weights_sha256=weights_sha256(checkpoint_dir),
+                fused_operators=fused,
+                parity=parity,
+            )
+            write_spec(staging, spec)
+            read_bundle(staging)
+            _install(staging, out_dir)
     except BundleError as error:
         raise ExportError(f"the written bundle does not read back: {error}") from error
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -36,14 +37,7 @@ def attention_node_count(path: Path) -> int:
     return sum(counts[op] for op in ATTENTION_OPS)
 
 
-def optimize_bert(
-    source: Path, target: Path, num_heads: int, hidden_size: int, num_layers: int, use_gpu: bool = False
-) -> dict[str, int]:
-    """Fuse attention, layer norms and GELU with onnxruntime's BERT optimizer; returns the non-zero fusion counts.
-
-    Raises ExportError when Attention did not fuse in every layer: our model writes attention the way the optimizer
-    recognises, so a missing fusion means the exported graph is not the one we expect (and int8 would lose QAttention).
-    """
+def _fuse(source: Path, num_heads: int, hidden_size: int, num_layers: int, use_gpu: bool) -> tuple[Any, dict[str, int]]:
     from onnxruntime.transformers.optimizer import optimize_model
 
     optimized = optimize_model(
@@ -53,8 +47,18 @@ def optimize_bert(
     fused_attention = sum(statistics.get(op, 0) for op in ATTENTION_OPS)
     if fused_attention != num_layers:
         raise ExportError(f"the optimizer fused Attention in {fused_attention} of {num_layers} layers")
-    save_single_file(optimized.model, target)
     logger.info("fused operators: %s", ", ".join(f"{name} {count}" for name, count in sorted(statistics.items())))
+    return optimized, statistics
+
+
+def optimize_bert(source: Path, target: Path, num_heads: int, hidden_size: int, num_layers: int) -> dict[str, int]:
+    """Fuse attention, layer norms and GELU with onnxruntime's BERT optimizer; returns the non-zero fusion counts.
+
+    Raises ExportError when Attention did not fuse in every layer: our model writes attention the way the optimizer
+    recognises, so a missing fusion means the exported graph is not the one we expect (and int8 would lose QAttention).
+    """
+    optimized, statistics = _fuse(source, num_heads, hidden_size, num_layers, use_gpu=False)
+    save_single_file(optimized.model, target)
     return statistics
 
 
@@ -73,12 +77,9 @@ def quantize_int8(source: Path, target: Path) -> None:
     )
 
 
-def convert_fp16(source: Path, target: Path, num_heads: int, hidden_size: int) -> None:
-    """fp16 weights and compute for CUDA; inputs and outputs stay int64 / float32 (keep_io_types)."""
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    optimized = optimize_model(
-        str(source), model_type="bert", num_heads=num_heads, hidden_size=hidden_size, use_gpu=True
-    )
+def convert_fp16(source: Path, target: Path, num_heads: int, hidden_size: int, num_layers: int) -> dict[str, int]:
+    """Fuse for GPU, then fp16 weights and compute; inputs and outputs keep int64 / float32 (keep_io_types)."""
+    optimized, statistics = _fuse(source, num_heads, hidden_size, num_layers, use_gpu=True)
     optimized.convert_float_to_float16(keep_io_types=True)
     save_single_file(optimized.model, target)
+    return statistics

