@@ -7,6 +7,7 @@ Tasks: text-classification (CSV/TSV/JSONL), question-answering (SQuAD v1.1/v2.0 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from training.model import TASK_ARCHITECTURES
 from training.pretrain_data import MlmCollator
 from training.squad import decode_answers, parse_article_range, read_squad, window_examples
 from training.tokenizer import load_tokenizer
-from training.train import Batch, Runtime, TrainingArguments, train
+from training.train import Batch, Runtime, TrainingArguments, set_seed, train
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +197,8 @@ def _question_answering(options: FinetuneOptions, tokenizer: Tokenizer, device: 
 def _fill_mask(options: FinetuneOptions, tokenizer: Tokenizer, device: torch.device) -> TaskData:
     lines = read_text_lines(options.train_file, options.max_train_samples)
     train_features = encode_text_lines(lines, tokenizer, options.max_length)
-    collator = MlmCollator(tokenizer, seed=options.training.seed)
+    # Each torchrun rank masks its own batches differently.
+    collator = MlmCollator(tokenizer, seed=options.training.seed + int(os.environ.get("RANK", "0")))
     evaluate = None
     if options.eval_file is not None:
         eval_features = encode_text_lines(
@@ -229,6 +231,7 @@ TASK_BUILDERS = {
 
 def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
     load_config(options.base)  # fails fast, before any data is read, when --base is not a BERT checkpoint
+    set_seed(options.training.seed)  # the new head's initial weights depend on --seed
     try:
         tokenizer = load_tokenizer(options.base)
     except FileNotFoundError as error:

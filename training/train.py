@@ -224,11 +224,11 @@ def train(
         "settings": {**asdict(args), "total_steps": total_steps, "world_size": runtime.world_size}
     }
 
-    def checkpoint(step: int, epoch: float, train_loss: float) -> None:
+    def checkpoint(step: int, epoch: float, train_losses: dict[str, float]) -> None:
         nonlocal best
         if runtime.is_main:
             metrics = dict(evaluate(_unwrap(wrapped)) if evaluate else {})
-            metrics.update(step=step, epoch=round(epoch, 3), train_loss=train_loss)
+            metrics.update(step=step, epoch=round(epoch, 3), **train_losses)
             history.append(metrics)
             logger.info("step %d: %s", step, json.dumps(metrics))
             better = (
@@ -249,11 +249,16 @@ def train(
     progress = tqdm(total=total_steps, disable=not runtime.is_main, desc="train", unit="step", dynamic_ncols=True)
     step, micro_step, samples, seen_epoch = 0, 0, 0, 0
     micro_losses: list[float] = []
+    micro_parts: list[dict[str, float]] = []
     step_losses: list[float] = []  # since the last evaluation: reported as that evaluation's train_loss
+    part_sums: dict[str, float] = {}  # named loss parts (pre-training: mlm_loss, nsp_loss), same window
 
-    def mean_train_loss() -> float:
-        value = sum(step_losses) / len(step_losses) if step_losses else math.nan
+    def mean_train_loss() -> dict[str, float]:
+        count = max(1, len(step_losses))
+        value = {"train_loss": sum(step_losses) / count if step_losses else math.nan}
+        value.update({f"train_{name}": total / count for name, total in part_sums.items()})
         step_losses.clear()
+        part_sums.clear()
         return value
 
     started = time.perf_counter()
@@ -275,6 +280,7 @@ def train(
             scaler.scale(loss / args.grad_accum).backward()
         samples += int(batch["input_ids"].shape[0]) * runtime.world_size
         micro_losses.append(float(loss.detach()))
+        micro_parts.append(parts)
         if not sync_now:
             continue
         scaler.unscale_(optimizer)
@@ -285,7 +291,10 @@ def train(
         scheduler.step()
         step += 1
         step_losses.append(sum(micro_losses) / len(micro_losses))
+        for name in parts:
+            part_sums[name] = part_sums.get(name, 0.0) + sum(p[name] for p in micro_parts) / len(micro_parts)
         micro_losses.clear()
+        micro_parts.clear()
         elapsed = time.perf_counter() - started
         postfix = {"loss": f"{step_losses[-1]:.4f}", **{k: f"{v:.4f}" for k, v in parts.items()}}
         postfix.update(lr=f"{scheduler.get_last_lr()[0]:.2e}", samples_s=f"{samples / elapsed:.1f}")

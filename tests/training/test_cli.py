@@ -129,6 +129,8 @@ def test_pretrain_reports_both_losses_and_saves_a_pretraining_checkpoint(tmp_pat
     metrics = json.loads((out / "metrics.json").read_text())
     assert [h["step"] for h in metrics["history"]] == [3, 6]
     assert {"mlm_top1_accuracy", "perplexity", "nsp_accuracy", "nsp_loss"} <= set(metrics["best"])
+    for entry in metrics["history"]:
+        assert entry["train_loss"] == pytest.approx(entry["train_mlm_loss"] + entry["train_nsp_loss"], rel=1e-4)
     err = capsys.readouterr().err
     assert "mlm_loss=" in err and "nsp_loss=" in err
     _, info = transformers.BertForPreTraining.from_pretrained(out, output_loading_info=True)
