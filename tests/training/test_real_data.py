@@ -1,0 +1,61 @@
+"""The readers on the shared real data files: counts must equal the ones published in shared/data/README.md."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from training.data import read_classification_rows, read_tagged_sentences, read_text_lines
+from training.metrics import chunks
+from training.squad import parse_article_range, read_squad
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+if not DATA.is_dir():
+    DATA = Path("/work/shared/data")
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not DATA.is_dir(), reason="shared real data not present")]
+
+
+def test_glue_files_read_as_they_are() -> None:
+    train = read_classification_rows(DATA / "sst2" / "train.tsv")
+    assert len(train) == 67349 and Counter(r.label for r in train) == {"0": 29780, "1": 37569}
+    assert len(read_classification_rows(DATA / "sst2" / "dev.tsv")) == 872
+    rte_train = read_classification_rows(DATA / "rte" / "train.tsv")
+    assert len(rte_train) == 2490
+    assert Counter(r.label for r in rte_train) == {"entailment": 1249, "not_entailment": 1241}
+    rte_dev = read_classification_rows(DATA / "rte" / "dev.tsv")
+    assert len(rte_dev) == 277 and rte_dev[0].text.startswith("Dana Reeve, the widow of")
+    assert all(r.text_pair for r in rte_dev)
+
+
+def test_conll_entity_counts() -> None:
+    train = read_tagged_sentences(DATA / "conll2003" / "train.txt")
+    assert len(train) == 14041 and sum(len(s.tokens) for s in train) == 203621
+    counts = Counter(entity for s in train for *_, entity in chunks(s.tags))
+    assert counts == {"LOC": 7140, "PER": 6600, "ORG": 6321, "MISC": 3438}
+    valid = read_tagged_sentences(DATA / "conll2003" / "valid.txt")
+    assert len(valid) == 3250
+    assert Counter(entity for s in valid for *_, entity in chunks(s.tags)) == {
+        "LOC": 1837,
+        "PER": 1842,
+        "ORG": 1341,
+        "MISC": 922,
+    }
+
+
+def test_squad_subset_and_article_ranges() -> None:
+    path = DATA / "squad" / "dev-subset.json"
+    everything = read_squad(path)
+    assert len(everything) == 5696
+    first, rest = read_squad(path, parse_article_range("0:16")), read_squad(path, parse_article_range("16:"))
+    assert len(first) + len(rest) == 5696 and first[0].context.startswith("Super Bowl 50")
+    for example in everything:
+        for text, start in zip(example.answer_texts, example.answer_starts, strict=True):
+            assert example.context[start : start + len(text)] == text
+
+
+def test_wikitext_lines() -> None:
+    lines = read_text_lines(DATA / "wikitext2" / "valid.txt")
+    assert lines[0] == "= Homarus gammarus =" and len(lines) < 3760
