@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import encode_batch, require_text, require_top_k, softmax, to_sequence
+from service.tasks.common import encode_batch, require_text, require_top_k, softmax, to_sequence, vocabulary
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,16 @@ def clean_up_tokenization(text: str) -> str:
     )
 
 
+def top_indices(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest values, largest first (ties: lower index first)."""
+    if k >= len(values):
+        return np.argsort(-values, kind="stable")
+    kth = -np.partition(-values, k - 1)[k - 1]  # the k-th largest value
+    above = np.flatnonzero(values > kth)
+    candidates = np.concatenate([above, np.flatnonzero(values == kth)[: k - len(above)]])
+    return candidates[np.argsort(-values[candidates], kind="stable")]
+
+
 class FillMaskHandler:
     task = "fill-mask"
     output_names = ("logits",)
@@ -55,7 +65,7 @@ class FillMaskHandler:
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: FillMaskParams) -> list[Prepared]:
         require_top_k(params.top_k)
-        self.target_ids(ctx, params)
+        target_ids = self.target_ids(ctx, params)
         texts = [require_text(item) for item in inputs]
         prepared = []
         for encoding in encode_batch(ctx.tokenizer, texts, "text"):
@@ -63,14 +73,14 @@ class FillMaskHandler:
                 raise InputError(f"no mask token ({ctx.mask_token}) found in the input")
             if len(encoding.ids) > ctx.max_length:
                 raise InputError(f"the text is {len(encoding.ids)} tokens; this model takes at most {ctx.max_length}")
-            prepared.append(Prepared(sequences=[to_sequence(encoding)], state=None))
+            prepared.append(Prepared(sequences=[to_sequence(encoding)], state=target_ids))
         return prepared
 
     def target_ids(self, ctx: ModelContext, params: FillMaskParams) -> np.ndarray | None:
         """The pipeline's ``get_target_ids`` (same de-duplication, through a set)."""
         if params.targets is None:
             return None
-        vocab = ctx.tokenizer.get_vocab(with_added_tokens=True)
+        vocab = vocabulary(ctx.tokenizer)
         ids = []
         for target in params.targets:
             if not isinstance(target, str):
@@ -94,7 +104,7 @@ class FillMaskHandler:
     def postprocess(
         self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: FillMaskParams
     ) -> list[list[dict[str, Any]]]:
-        target_ids = self.target_ids(ctx, params)
+        target_ids: np.ndarray | None = prepared.state
         input_ids = prepared.sequences[0].input_ids
         logits = np.asarray(outputs[0]["logits"])  # (T, vocab)
         masked_index = np.nonzero(input_ids == ctx.mask_token_id)[0]
@@ -106,7 +116,7 @@ class FillMaskHandler:
         results = []
         for mask_position, mask_probs in zip(masked_index, probs, strict=True):
             row = []
-            for choice in np.argsort(-mask_probs, kind="stable")[:top_k]:
+            for choice in top_indices(mask_probs, top_k):
                 token_id = int(target_ids[choice]) if target_ids is not None else int(choice)
                 tokens = input_ids.copy()
                 tokens[mask_position] = token_id

@@ -145,6 +145,21 @@ def _p_mask(window: Encoding, cls_token_id: int) -> np.ndarray:
     return p_mask
 
 
+def _check_room_for_context(ctx: ModelContext, pairs: list[tuple[str, str]], max_seq_len: int, doc_stride: int) -> None:
+    """A window must hold the question and more than ``doc_stride`` context tokens whenever the pair
+    needs windowing (else ``tokenizers`` fails, and the pipeline with it)."""
+    added = ctx.tokenizer.num_special_tokens_to_add(is_pair=True)
+    questions = ctx.tokenizer.encode_batch([question for question, _ in pairs], add_special_tokens=False)
+    for (question, context), encoded in zip(pairs, questions, strict=True):
+        room = max_seq_len - len(encoded.ids) - added
+        if room <= doc_stride and len(ctx.tokenizer.encode(question, context).ids) > max_seq_len:
+            raise InputError(
+                f"the question takes {len(encoded.ids)} tokens, which leaves {max(room, 0)} context tokens per "
+                f"window of max_seq_len {max_seq_len}: not more than doc_stride {doc_stride}; shorten the question "
+                "or raise max_seq_len / lower doc_stride"
+            )
+
+
 class QuestionAnsweringHandler:
     task = "question-answering"
     output_names = ("start_logits", "end_logits")
@@ -157,6 +172,7 @@ class QuestionAnsweringHandler:
             if not isinstance(item, QAInput):
                 raise InputError("a question-answering input needs a question and a context")
             pairs.append((require_text(item.question, "question"), require_text(item.context, "context")))
+        _check_room_for_context(ctx, pairs, max_seq_len, doc_stride)
         tokenizer = truncating_tokenizer(ctx.tokenizer, max_seq_len, doc_stride, "only_second")
         prepared = []
         for (_, context), encoding in zip(pairs, encode_batch(tokenizer, pairs, "question and context"), strict=True):

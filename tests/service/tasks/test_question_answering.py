@@ -74,6 +74,14 @@ def test_defaults_window_at_model_max_length(qa: TaskFixture) -> None:
     assert max(len(sequence) for sequence in prepared.sequences) == MAX_LENGTH
 
 
+def test_a_long_question_still_fits_when_the_stride_can_advance(qa: TaskFixture) -> None:
+    item = QAInput("the " * 20 + "?", LONG_CONTEXT)
+    params = QAParams(max_seq_len=32, doc_stride=7)
+    (ours,) = qa.run(HANDLERS["question-answering"], [item], params)
+    theirs = qa.pipeline(question=item.question, context=item.context, **pipeline_kwargs(params))
+    assert_same(ours, [theirs])
+
+
 @pytest.mark.parametrize(
     ("inputs", "params"),
     [
@@ -85,6 +93,8 @@ def test_defaults_window_at_model_max_length(qa: TaskFixture) -> None:
         ([INPUTS[0]], QAParams(max_seq_len=MAX_LENGTH + 1)),
         ([INPUTS[0]], QAParams(max_seq_len=16, doc_stride=20)),
         ([QAInput("who " * 40 + "?", LONG_CONTEXT)], QAParams()),
+        # 21 question tokens leave 8 context tokens per 32-token window: a stride of 8 cannot advance
+        ([QAInput("the " * 20 + "?", LONG_CONTEXT)], QAParams(max_seq_len=32, doc_stride=8)),
     ],
 )
 def test_bad_inputs_are_input_errors(qa: TaskFixture, inputs: list[Any], params: QAParams) -> None:
