@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,6 @@ def weights_sha256(folder: Path) -> str:
     digest = hashlib.sha256()
     for path in files:
         with path.open("rb") as handle:
-            for chunk in iter(lambda handle=handle: handle.read(1 << 20), b""):
+            for chunk in iter(partial(handle.read, 1 << 20), b""):
                 digest.update(chunk)
     return digest.hexdigest()

@@ -62,6 +62,7 @@ from model_export.validate import (
     probe_batches,
     run_session,
     sequences_per_second,
+    session_runner,
 )
 from training.checkpoint import CheckpointError, load_config, load_model
 from training.model import TASK_ARCHITECTURES, BertConfig
@@ -221,8 +222,7 @@ def _compare_with_fp32(
     sessions = {"fp32": cpu_session(fp32_path), "int8": cpu_session(int8_path)}
     outputs = {label: [run_session(session, batch) for batch in batches] for label, session in sessions.items()}
     rates = {
-        label: sequences_per_second(lambda feed, session=session: session.run(None, dict(feed)), speed_batch, 0.3)
-        for label, session in sessions.items()
+        label: sequences_per_second(session_runner(session), speed_batch, 0.3) for label, session in sessions.items()
     }
     return {
         "vs_fp32": agreement_between(task, batches, outputs["fp32"], outputs["int8"]),

@@ -19,13 +19,22 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from model_export.bundle import INPUT_NAMES, Bundle
 from model_export.export import export_bundle
-from model_export.validate import Batch, SpecialIds, cpu_session, probe_batches, run_session, sequences_per_second
+from model_export.validate import (
+    Batch,
+    SpecialIds,
+    cpu_session,
+    probe_batches,
+    run_session,
+    sequences_per_second,
+    session_runner,
+)
 from training.checkpoint import load_model, save_model
 from training.model import BertConfig, BertForSequenceClassification
 from training.tokenizer import load_tokenizer
@@ -33,7 +42,11 @@ from training.tokenizer import load_tokenizer
 logger = logging.getLogger(__name__)
 
 SST2_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "dev.tsv"
-VARIANTS = (("fp32", {"optimize": False}), ("fp32 fused", {}), ("int8 fused", {"quantize": "int8"}))
+VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("fp32", {"optimize": False}),
+    ("fp32 fused", {}),
+    ("int8 fused", {"quantize": "int8"}),
+)
 
 
 def minilm_path() -> Path:
@@ -46,11 +59,11 @@ def make_checkpoints(root: Path) -> dict[str, Path]:
     """name -> a classifier checkpoint folder (both use the MiniLM uncased vocabulary, 30522 tokens)."""
     source = minilm_path()
     tokenizer = load_tokenizer(source)
-    labels = {"id2label": {0: "NEGATIVE", 1: "POSITIVE"}}
+    id2label = {0: "NEGATIVE", 1: "POSITIVE"}
     torch.manual_seed(0)
-    bert_base = BertForSequenceClassification(BertConfig(**labels)).eval()
+    bert_base = BertForSequenceClassification(BertConfig(id2label=id2label)).eval()
     save_model(bert_base, root / "bert-base", tokenizer=tokenizer)
-    minilm = load_model(source, "BertForSequenceClassification", **labels)
+    minilm = load_model(source, "BertForSequenceClassification", id2label=id2label)
     save_model(minilm, root / "minilm", tokenizer=tokenizer)
     return {"BERT-base (12x768, random)": root / "bert-base", "MiniLM-L6 (6x384, real encoder)": root / "minilm"}
 
@@ -91,9 +104,7 @@ def throughput(args: argparse.Namespace) -> str:
             rates["torch eager"] = sequences_per_second(torch_runner(checkpoint), batch, args.seconds)
             for label, bundle in bundles.items():
                 session = cpu_session(bundle.model_path, threads=args.threads)
-                rates[f"ORT {label}"] = sequences_per_second(
-                    lambda feed, session=session: session.run(None, dict(feed)), batch, args.seconds
-                )
+                rates[f"ORT {label}"] = sequences_per_second(session_runner(session), batch, args.seconds)
                 logger.info("%s %s: %.1f sequences/s", name, label, rates[f"ORT {label}"])
             rows.append((name, rates))
     columns = list(rows[0][1])
@@ -149,7 +160,7 @@ def sst2(args: argparse.Namespace) -> str:
     ]
     with tempfile.TemporaryDirectory(prefix="bertserve-sst2-") as scratch:
         results = {}
-        for label, options in (("fp32 fused", {}), ("int8 fused", {"quantize": "int8"})):
+        for label, options in VARIANTS[1:]:
             started = time.perf_counter()
             bundle = export_bundle(args.checkpoint, Path(scratch) / label.replace(" ", "-"), **options)
             elapsed = time.perf_counter() - started

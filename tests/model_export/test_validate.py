@@ -130,6 +130,22 @@ def test_embedding_outputs_are_judged_by_cosine() -> None:
     scaled = [{"last_hidden_state": hidden * 1.5, "pooler_output": pooled.copy()}]
     report = compare("feature-extraction", batches, reference, scaled, Tolerance(atol=None, min_cosine=0.99))
     assert report["min_cosine"]["last_hidden_state"] == pytest.approx(1.0)
+    assert report["min_token_cosine"]["last_hidden_state"] == pytest.approx(1.0)
+    mask = batches[0]["attention_mask"].astype(bool)
+    one_token_off = hidden.copy()
+    one_token_off[0, 1] = -one_token_off[0, 1]  # a single real token reversed: sentence embedding barely moves
+    report = compare(
+        "feature-extraction",
+        batches,
+        reference,
+        [{"last_hidden_state": one_token_off, "pooler_output": pooled.copy()}],
+        Tolerance(atol=None, min_cosine=0.5),
+    )
+    assert report["min_token_cosine"]["last_hidden_state"] == pytest.approx(-1.0)
+    sentence = hidden[0][mask[0]].mean(axis=0)
+    changed = one_token_off[0][mask[0]].mean(axis=0)
+    expected = sentence @ changed / np.linalg.norm(sentence) / np.linalg.norm(changed)
+    assert report["min_cosine"]["last_hidden_state"] == pytest.approx(expected, rel=1e-5)
     flipped = [{"last_hidden_state": hidden.copy(), "pooler_output": -pooled}]
     with pytest.raises(ParityError, match="pooler_output has cosine"):
         compare("feature-extraction", batches, reference, flipped, Tolerance(atol=None, min_cosine=0.99))
