@@ -83,10 +83,12 @@ def _read_table(path: Path) -> list[dict[str, str]]:
                 records.append(record)
         return records
     # GLUE TSVs contain bare quote characters (RTE), so they must be read without quote handling.
-    delimiter, quoting = ("\t", csv.QUOTE_NONE) if suffix == ".tsv" else (",", csv.QUOTE_MINIMAL)
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     with path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle, delimiter=delimiter, quoting=quoting)
+        if suffix == ".tsv":
+            reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        else:
+            reader = csv.DictReader(handle)
         if not reader.fieldnames:
             raise DataError(f"{path}: the file has no header row")
         rows = list(reader)

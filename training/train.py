@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, Sampler
 from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
@@ -104,7 +104,8 @@ def set_seed(seed: int) -> None:
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Two AdamW groups: decayed weights, and biases + LayerNorm weights with weight_decay 0 (as BERT did)."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad:
             continue
@@ -166,7 +167,7 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
 
-def _batches_forever(loader: DataLoader, sampler: DistributedSampler | None) -> Iterator[tuple[int, Batch]]:
+def _batches_forever(loader: DataLoader[Any], sampler: DistributedSampler[Any] | None) -> Iterator[tuple[int, Batch]]:
     epoch = 0
     while True:
         if sampler is not None:
@@ -191,16 +192,19 @@ def train(
     """Train; returns the metrics.json content (best metrics, history, settings). Only rank 0 writes files."""
     set_seed(args.seed)
     model.to(runtime.device).train()
-    sampler = DistributedSampler(train_features, shuffle=True, seed=args.seed) if runtime.distributed else None
+    dataset: Dataset[Any] = train_features  # type: ignore[assignment]  # a list is a map-style dataset
+    sampler: DistributedSampler[Any] | None = None
+    if runtime.distributed:
+        sampler = DistributedSampler(dataset, shuffle=True, seed=args.seed)
     generator = torch.Generator().manual_seed(args.seed)
-    local_sampler: Sampler[int] = RandomSampler(train_features, generator=generator)  # type: ignore[arg-type]
+    local_sampler: Sampler[int] = RandomSampler(train_features, generator=generator)
     if args.group_by_length and not runtime.distributed:
         lengths = [len(feature["input_ids"]) for feature in train_features]
         local_sampler = LengthGroupedSampler(lengths, args.batch_size, generator)
     elif args.group_by_length:
         logger.warning("group_by_length is ignored under torchrun (DistributedSampler decides the order)")
-    loader = DataLoader(
-        train_features,  # type: ignore[arg-type]
+    loader: DataLoader[Any] = DataLoader(
+        dataset,
         batch_size=args.batch_size,
         sampler=sampler or local_sampler,
         collate_fn=collate_fn,
