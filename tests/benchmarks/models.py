@@ -52,23 +52,25 @@ def variant(name: str, scale: float) -> str:
 SQUAD_TRAIN_ARTICLES = "0:16"
 SQUAD_EVAL_ARTICLES = "16:"
 
+# Sized for a 2-core CPU (a whole `make bench` from scratch stays around an hour): subsets, 1-2 epochs.
 RECIPES: dict[str, Recipe] = {
     "sst2": Recipe(
         "sst2", "text-classification", "sst2/train.tsv", "sst2/dev.tsv", max_length=64, epochs=1,
         max_train_samples=20000, reuse=("minilm-sst2",),
     ),
     "rte": Recipe(
-        "rte", "text-classification", "rte/train.tsv", "rte/dev.tsv", max_length=128, epochs=3,
-        extra=("--batch-size", "16", "--lr", "3e-5"), reuse=("minilm-rte",),
+        "rte", "text-classification", "rte/train.tsv", "rte/dev.tsv", max_length=128, epochs=1,
+        extra=("--batch-size", "16"), reuse=("minilm-rte",),
     ),
     "conll": Recipe(
         "conll", "token-classification", "conll2003/train.txt", "conll2003/valid.txt", max_length=128, epochs=1,
-        max_train_samples=8000, reuse=("minilm-conll",),
+        max_train_samples=8000, extra=("--max-eval-samples", "1000"), reuse=("minilm-conll",),
     ),
     "squad": Recipe(
-        "squad", "question-answering", "squad/dev-subset.json", "squad/dev-subset.json", max_length=256, epochs=2,
-        extra=("--articles", SQUAD_TRAIN_ARTICLES, "--eval-articles", SQUAD_EVAL_ARTICLES, "--doc-stride", "96",
-               "--batch-size", "16"),
+        "squad", "question-answering", "squad/dev-subset.json", "squad/dev-subset.json", max_length=256, epochs=1,
+        max_train_samples=1500,
+        extra=("--articles", SQUAD_TRAIN_ARTICLES, "--eval-articles", SQUAD_EVAL_ARTICLES, "--doc-stride", "128",
+               "--batch-size", "16", "--max-eval-samples", "200"),
         reuse=("minilm-squad",),
     ),
 }  # fmt: skip
@@ -100,7 +102,7 @@ def finetune(recipe: Recipe, scale: float = 1.0) -> Path:
     samples = recipe.max_train_samples
     if scale < 1.0:
         samples = max(64, int((samples or 2000) * scale))
-        command += ["--max-eval-samples", "200"]
+        command += ["--max-eval-samples", "100"]
     if samples is not None:
         command += ["--max-train-samples", str(samples)]
     log.info("fine-tuning %s: %s", recipe.name, " ".join(command))
