@@ -102,16 +102,16 @@ def model_context(tokenizer_dir: Path, config: Any) -> ModelContext:
 
 def tiny_model(architecture: str, vocab_size: int, **config_fields: Any) -> Any:
     torch.manual_seed(SEED)
-    config = transformers.BertConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=MAX_LENGTH,
-        initializer_range=0.8,  # large weights: decisive rankings instead of near-uniform scores
+    fields = {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "max_position_embeddings": MAX_LENGTH,
+        "initializer_range": 0.8,  # large weights: decisive rankings instead of near-uniform scores
         **config_fields,
-    )
+    }
+    config = transformers.BertConfig(vocab_size=vocab_size, **fields)
     return getattr(transformers, architecture)(config).eval()
 
 
