@@ -57,8 +57,8 @@ def top_indices(values: np.ndarray, k: int) -> np.ndarray:
 
 
 class FillMaskHandler:
-    task = "fill-mask"
-    output_names = ("logits",)
+    task: str = "fill-mask"
+    output_names: tuple[str, ...] = ("logits",)
 
     def __init__(self, clean_up_tokenization_spaces: bool = True) -> None:
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces

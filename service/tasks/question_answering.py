@@ -161,8 +161,8 @@ def _check_room_for_context(ctx: ModelContext, pairs: list[tuple[str, str]], max
 
 
 class QuestionAnsweringHandler:
-    task = "question-answering"
-    output_names = ("start_logits", "end_logits")
+    task: str = "question-answering"
+    output_names: tuple[str, ...] = ("start_logits", "end_logits")
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: QAParams) -> list[Prepared]:
         _check_postprocess_params(params)

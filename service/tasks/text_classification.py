@@ -64,8 +64,8 @@ def _as_tokenizer_input(item: Any) -> str | tuple[str, str]:
 
 
 class TextClassificationHandler:
-    task = "text-classification"
-    output_names = ("logits",)
+    task: str = "text-classification"
+    output_names: tuple[str, ...] = ("logits",)
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: ClassificationParams) -> list[Prepared]:
         _check_params(params)
@@ -85,7 +85,7 @@ class TextClassificationHandler:
             scores = softmax(logits)
         else:
             scores = logits
-        results = [
+        results: list[dict[str, Any]] = [
             {"label": ctx.id2label.get(index, f"LABEL_{index}"), "score": float(score)}
             for index, score in enumerate(scores)
         ]

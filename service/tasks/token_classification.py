@@ -74,8 +74,8 @@ def _first_token_indices(windows: list[Encoding], stride: int) -> list[int]:
 
 
 class TokenClassificationHandler:
-    task = "token-classification"
-    output_names = ("logits",)
+    task: str = "token-classification"
+    output_names: tuple[str, ...] = ("logits",)
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: TokenClassificationParams) -> list[Prepared]:
         strategy = _strategy(params)

@@ -44,7 +44,7 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def client(tiny_models: dict[str, TinyModel]) -> Iterator[TestClient]:
     torch.set_num_threads(1)
-    settings = Settings(models=[f"{task}={model.bundle}" for task, model in tiny_models.items()], max_wait_ms=1.0)
+    settings = Settings(models=[f"{task}={model.bundle}" for task, model in tiny_models.items()], max_wait_ms=1.0)  # type: ignore[call-arg]
     with TestClient(create_app(settings)) as test_client:
         deadline = time.monotonic() + 60
         while test_client.get("/health/ready").status_code != 200:
@@ -176,8 +176,9 @@ def test_token_classification(client: TestClient, pipelines: dict[str, Any], str
 @pytest.mark.parametrize("strategy", ["simple", "first", "average", "max"])
 def test_token_classification_with_stride(client: TestClient, pipelines: dict[str, Any], strategy: str) -> None:
     task = "token-classification"
-    body = {"inputs": [LONG_TEXT, SENTENCES[0]], "aggregation_strategy": strategy, "stride": 16, "ignore_labels": []}
-    for index, (text, result) in enumerate(zip(body["inputs"], post(client, task, body), strict=True)):
+    texts = [LONG_TEXT, SENTENCES[0]]
+    body = {"inputs": texts, "aggregation_strategy": strategy, "stride": 16, "ignore_labels": []}
+    for index, (text, result) in enumerate(zip(texts, post(client, task, body), strict=True)):
         theirs = pipelines[task](text, aggregation_strategy=strategy, stride=16, ignore_labels=[])
         assert len(result) == len(theirs), f"{strategy}[{index}]: {result} != {theirs}"
         for position, (mine, other) in enumerate(zip(result, theirs, strict=True)):

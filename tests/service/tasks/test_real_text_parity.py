@@ -110,7 +110,7 @@ def test_question_answering(real_tokenizer_dir: Path, params: QAParams) -> None:
         len(item.sequences) for item in HANDLERS["question-answering"].prepare(fixture.ctx, inputs, params)
     ) > len(inputs)
     for item, result in zip(inputs, ours, strict=True):
-        kwargs = {"top_k": params.top_k, "handle_impossible_answer": params.handle_impossible_answer}
+        kwargs: dict[str, Any] = {"top_k": params.top_k, "handle_impossible_answer": params.handle_impossible_answer}
         if params.max_seq_len is not None:
             kwargs.update(max_seq_len=params.max_seq_len, doc_stride=params.doc_stride)
         theirs = fixture.pipeline(question=item.question, context=item.context, **kwargs)

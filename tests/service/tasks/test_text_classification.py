@@ -19,7 +19,7 @@ TEXTS: list[Any] = [
     ("Short premise.", "A much longer hypothesis " + "with many words " * 30),
     "A very long review " + "that keeps going and going " * 40,
 ]
-MODELS = {
+MODELS: dict[str, dict[str, Any]] = {
     "single": {"id2label": LABELS, "label2id": {v: k for k, v in LABELS.items()}},
     "multi": {
         "id2label": LABELS,
@@ -53,7 +53,7 @@ def test_matches_pipeline(classifier: TaskFixture, params: ClassificationParams)
     handler = HANDLERS["text-classification"]
     ours = classifier.run(handler, TEXTS, params)
     for item, result in zip(TEXTS, ours, strict=True):
-        kwargs = {"top_k": params.top_k, "truncation": True}
+        kwargs: dict[str, Any] = {"top_k": params.top_k, "truncation": True}
         if params.function_to_apply is not None:
             kwargs["function_to_apply"] = params.function_to_apply
         assert_same(result, classifier.pipeline(pipeline_input(item), **kwargs))
