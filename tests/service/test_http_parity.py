@@ -43,7 +43,8 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def client(tiny_models: dict[str, TinyModel]) -> Iterator[TestClient]:
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the oracle's tiny models: more threads only add overhead
     settings = Settings(models=[f"{task}={model.bundle}" for task, model in tiny_models.items()], max_wait_ms=1.0)  # type: ignore[call-arg]
     with TestClient(create_app(settings)) as test_client:
         deadline = time.monotonic() + 60
@@ -51,6 +52,7 @@ def client(tiny_models: dict[str, TinyModel]) -> Iterator[TestClient]:
             assert time.monotonic() < deadline, test_client.get("/health/ready").json()
             time.sleep(0.05)
         yield test_client
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ The handlers are run the way the engine runs them: ``prepare`` -> the torch mode
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-torch.set_num_threads(1)  # tiny models: threads only add overhead on the shared 2-core machine
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
 
@@ -59,6 +58,15 @@ def train_tokenizer() -> Tokenizer:
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
     return tokenizer
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models: more threads only add overhead on a small shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
