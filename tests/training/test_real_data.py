@@ -81,4 +81,4 @@ def test_squad_windows_on_real_text_map_back_to_the_answers() -> None:
         exact += text == example.answer_texts[0]
         found.add(window.example_index)
     assert len(windows) > len(examples) and len(found) == len(examples)
-    assert exact >= 0.99 * sum(w.feature["start_positions"][0] > 0 for w in windows)
+    assert exact >= 0.98 * sum(w.feature["start_positions"][0] > 0 for w in windows)
