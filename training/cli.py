@@ -125,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     columns.add_argument("--labels", help="comma-separated label order (default: sorted labels of --train)")
     columns.add_argument("--tag-column", type=int, default=-1, help="CoNLL column index of the tag (default: last)")
     qa = finetune.add_argument_group("question-answering")
-    qa.add_argument("--doc-stride", type=int, default=128, help="tokens shared by neighbouring context windows")
+    qa.add_argument(
+        "--doc-stride", type=int,
+        help="tokens shared by neighbouring context windows (default: a third of --max-length, 128 at 384)",
+    )  # fmt: skip
     qa.add_argument("--max-query-length", type=int, default=64)
     qa.add_argument("--max-answer-length", type=int, default=30, help="longest answer span in tokens")
     qa.add_argument("--articles", help="SQuAD article range of --train, e.g. 0:16")
@@ -172,7 +175,7 @@ def _run(args: argparse.Namespace) -> dict:
             max_eval_samples=args.max_eval_samples, text_column=args.text_column,
             text_pair_column=args.text_pair_column, label_column=args.label_column, tag_column=args.tag_column,
             labels=[label.strip() for label in args.labels.split(",")] if args.labels else None,
-            doc_stride=args.doc_stride, max_query_length=args.max_query_length,
+            doc_stride=args.doc_stride or args.max_length // 3, max_query_length=args.max_query_length,
             max_answer_length=args.max_answer_length, articles=args.articles, eval_articles=args.eval_articles,
             training=_training_arguments(args, epochs=args.epochs, max_steps=args.max_steps),
         )  # fmt: skip
