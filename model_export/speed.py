@@ -93,6 +93,7 @@ def torch_runner(checkpoint: Path) -> Callable[[Batch], object]:
 
 def throughput(args: argparse.Namespace) -> str:
     torch.set_num_threads(args.threads)
+    load_at_start = os.getloadavg()[0]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bertserve-speed-") as scratch:
         root = Path(scratch)
@@ -112,7 +113,8 @@ def throughput(args: argparse.Namespace) -> str:
     columns = list(rows[0][1])
     lines = [
         f"Sequences/s, batch {args.batch} x length {args.length}, {args.threads} threads "
-        f"(load average at start: {os.getloadavg()[0]:.1f}).",
+        f"({os.cpu_count()} cores; 1-minute load average {load_at_start:.1f} at start, "
+        f"{os.getloadavg()[0]:.1f} at end).",
         "",
         "| model | " + " | ".join(columns) + " | int8 / fp32 |",
         "| --- | " + " | ".join("---:" for _ in columns) + " | ---: |",
