@@ -43,7 +43,7 @@ def _qa_ok(answer: Answer) -> bool:
 
 
 def _fill_mask_ok(answer: Answer) -> bool:
-    return answer["results"][0][0][0]["token_str"] == "paris"
+    return answer["results"][0][0][0]["token_str"] == "capital"
 
 
 EXAMPLES: tuple[DemoExample, ...] = (
@@ -78,8 +78,8 @@ EXAMPLES: tuple[DemoExample, ...] = (
     DemoExample(
         "fill-mask",
         "/v1/fill-mask",
-        {"model": "fill-mask", "inputs": "The capital of France is [MASK]."},
-        "top prediction paris",
+        {"model": "fill-mask", "inputs": "Paris is the [MASK] of France."},
+        "top prediction capital",
         _fill_mask_ok,
     ),
 )
