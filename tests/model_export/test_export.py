@@ -235,3 +235,36 @@ def test_a_tool_failure_becomes_a_one_line_export_error(
         "quantiser exploded\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_pretraining_checkpoint_serves_fill_mask_and_feature_extraction(tmp_path: Path) -> None:
+    import torch
+    import transformers
+
+    from tests.model_export.conftest import vocab_size, write_vocab
+
+    source = tmp_path / "pretraining"
+    torch.manual_seed(1)
+    config = transformers.BertConfig(vocab_size=vocab_size(), **TINY, attn_implementation="eager")
+    transformers.BertForPreTraining(config).eval().save_pretrained(source)
+    transformers.BertTokenizer(str(write_vocab(source))).save_pretrained(source)
+
+    fill_mask = export_bundle(source, tmp_path / "fill-mask")
+    features = export_bundle(source, tmp_path / "features", task="feature-extraction")
+    assert (fill_mask.spec.task, features.spec.task) == ("fill-mask", "feature-extraction")
+    assert fill_mask.spec.architecture == features.spec.architecture == "BertForPreTraining"
+
+    feed = encode(fill_mask.path, SAMPLE_TEXTS)
+    mask = feed["attention_mask"].astype(bool)
+    with torch.no_grad():
+        inputs = {name: torch.from_numpy(value) for name, value in feed.items()}
+        pretraining = transformers.BertForPreTraining.from_pretrained(source, attn_implementation="eager").eval()
+        expected_logits = pretraining(**inputs).prediction_logits.numpy()
+        encoder = transformers.BertModel.from_pretrained(source, attn_implementation="eager").eval()(**inputs)
+    got_logits = ort_outputs(fill_mask.path, feed)["logits"]
+    np.testing.assert_allclose(got_logits[mask], expected_logits[mask], rtol=0, atol=1e-4)
+    got = ort_outputs(features.path, feed)
+    np.testing.assert_allclose(got["pooler_output"], encoder.pooler_output.numpy(), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(
+        got["last_hidden_state"][mask], encoder.last_hidden_state.numpy()[mask], rtol=0, atol=1e-4
+    )
