@@ -63,6 +63,7 @@ from model_export.validate import (
     run_session,
     sequences_per_second,
     session_runner,
+    text_batches,
 )
 from training.checkpoint import CheckpointError, load_config, load_model
 from training.model import TASK_ARCHITECTURES, BertConfig
@@ -271,7 +272,9 @@ def export_bundle(
         special_ids = SpecialIds(
             *(tokenizer.token_to_id(t) for t in (special.cls_token, special.sep_token, special.pad_token))
         )
-        batches = probe_batches(config.vocab_size, special_ids, max_length, config.type_vocab_size)
+        batches = text_batches(tokenizer, max_length, special_ids.pad, config.type_vocab_size) + probe_batches(
+            config.vocab_size, special_ids, max_length, config.type_vocab_size
+        )
         references = torch_references(adapter, batches)
     shape = (config.num_attention_heads, config.hidden_size, config.num_hidden_layers)
     outputs = TASK_OUTPUTS[task]

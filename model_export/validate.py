@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+from tokenizers import Tokenizer
 
 from model_export.bundle import INPUT_NAMES
 
@@ -29,6 +30,22 @@ FP32_ATOL = 1e-4
 PROBE_SHAPES: tuple[tuple[int, int], ...] = ((1, 5), (3, 16), (4, 37), (2, 64), (8, 24))
 EMBEDDING_OUTPUTS = frozenset({"last_hidden_state", "pooler_output"})
 SPAN_OUTPUTS = frozenset({"start_logits", "end_logits"})
+# Natural text for the probe: fine-tuned models are decisive on text like this and near-ties on random ids, which
+# makes int8 / fp16 agreement on these rows the more telling figure. Pairs exercise segment B.
+PROBE_TEXTS: tuple[str | tuple[str, str], ...] = (
+    "it's a charming and often affecting journey.",
+    "unflinchingly bleak and desperate",
+    "the acting, costumes, music, cinematography and sound are all astounding given the production's austere locales.",
+    "a gorgeous, witty, seductive movie.",
+    "the movie fails to live up to the sum of its parts.",
+    "John Smith flew from Paris to New York with Mary on Monday.",
+    "The European Commission said on Thursday it disagreed with German advice.",
+    "I really did not enjoy this film at all, the plot was dull and the jokes fell flat.",
+    ("Where did John fly to?", "John Smith flew from Paris to New York with Mary on Monday."),
+    ("Who disagreed?", "The European Commission said on Thursday it disagreed with German advice to consumers."),
+    ("What is the capital of France?", "Paris is the capital and most populous city of France."),
+    ("When was the film released?", "The film was released in cinemas in 1998 and became a commercial success."),
+)
 
 
 class ExportError(RuntimeError):
@@ -97,6 +114,27 @@ def probe_batches(
             if type_vocab_size > 1:
                 token_type_ids[row, split + 1 : real] = 1
         batches.append({"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids})
+    return batches
+
+
+def text_batches(
+    tokenizer: Tokenizer, max_length: int, pad_id: int, type_vocab_size: int = 2, batch_size: int = 6
+) -> list[Batch]:
+    """PROBE_TEXTS encoded by the bundle's tokenizer (truncated to max_length), right-padded per batch."""
+    encodings = [tokenizer.encode(*text) if isinstance(text, tuple) else tokenizer.encode(text) for text in PROBE_TEXTS]
+    batches = []
+    for start in range(0, len(encodings), batch_size):
+        chunk = [encoding.ids[:max_length] for encoding in encodings[start : start + batch_size]]
+        types = [encoding.type_ids[:max_length] for encoding in encodings[start : start + batch_size]]
+        width = max(len(ids) for ids in chunk)
+        batch = {name: np.zeros((len(chunk), width), dtype=np.int64) for name in INPUT_NAMES}
+        batch["input_ids"][:] = pad_id
+        for row, (ids, type_ids) in enumerate(zip(chunk, types, strict=True)):
+            batch["input_ids"][row, : len(ids)] = ids
+            batch["attention_mask"][row, : len(ids)] = 1
+            if type_vocab_size > 1:
+                batch["token_type_ids"][row, : len(ids)] = type_ids
+        batches.append(batch)
     return batches
 
 

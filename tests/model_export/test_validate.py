@@ -5,13 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from model_export.bundle import INPUT_NAMES
 from model_export.validate import (
+    PROBE_TEXTS,
     ParityError,
     SpecialIds,
     Tolerance,
     compare,
     default_tolerance,
     probe_batches,
+    text_batches,
 )
 
 SPECIAL = SpecialIds(cls=2, sep=3, pad=0)
@@ -45,6 +48,30 @@ def test_probe_batches_are_padded_bert_pairs_within_max_length() -> None:
     assert any(batch["token_type_ids"].any() for batch in batches)
     again = probe_batches(vocab_size=50, special=SPECIAL, max_length=20)
     assert all((a["input_ids"] == b["input_ids"]).all() for a, b in zip(batches, again, strict=True))
+
+
+@pytest.mark.parametrize("type_vocab_size", [1, 2])
+def test_text_batches_encode_the_probe_texts_with_padding(tmp_path, type_vocab_size: int) -> None:
+    from tests.model_export.conftest import write_vocab
+    from training.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(write_vocab(tmp_path).parent)
+    pad = tokenizer.token_to_id("[PAD]")
+    batches = text_batches(tokenizer, max_length=128, pad_id=pad, type_vocab_size=type_vocab_size)
+    rows = [row for batch in batches for row in zip(*(batch[name] for name in INPUT_NAMES), strict=True)]
+    assert len(rows) == len(PROBE_TEXTS)
+    for (ids, mask, types), text in zip(rows, PROBE_TEXTS, strict=True):
+        encoding = tokenizer.encode(*text) if isinstance(text, tuple) else tokenizer.encode(text)
+        length = min(len(encoding.ids), 128)
+        assert ids[:length].tolist() == encoding.ids[:length] and (ids[length:] == pad).all()
+        assert mask.tolist() == [1] * length + [0] * (len(mask) - length)
+        expected_types = encoding.type_ids[:length] if type_vocab_size > 1 else [0] * length
+        assert types[:length].tolist() == expected_types and not types[length:].any()
+    assert any(batch["attention_mask"].min() == 0 for batch in batches)
+    if type_vocab_size > 1:
+        assert any(batch["token_type_ids"].any() for batch in batches)
+    truncated = text_batches(tokenizer, max_length=24, pad_id=pad, type_vocab_size=type_vocab_size)
+    assert max(batch["input_ids"].shape[1] for batch in truncated) == 24
 
 
 def test_identical_outputs_pass_with_zero_difference() -> None:
