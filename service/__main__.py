@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-batch-tokens", type=int)
     parser.add_argument("--max-batch-size", type=int)
     parser.add_argument("--max-wait-ms", type=float)
+    parser.add_argument("--batch-overhead-tokens", type=float)
     parser.add_argument("--max-queue", type=int)
     parser.add_argument("--timeout-s", type=float)
     parser.add_argument("--max-body-bytes", type=int)

@@ -32,6 +32,7 @@ class BatchPolicy:
     max_wait_s: float = 0.002
     max_queue: int = 1024  # rows
     lookahead: int = 128  # queued rows considered when grouping similar lengths
+    overhead_tokens: float = math.inf  # cost of one model call in tokens (see choose_rows); inf: fill batches
 
 
 @dataclass(slots=True, eq=False)
@@ -82,16 +83,19 @@ class Batch:
         return [item.sequence for item in self.items]
 
 
-def choose_rows(lengths: list[int], max_tokens: int, max_size: int) -> list[int]:
+def choose_rows(lengths: list[int], max_tokens: int, max_size: int, overhead_tokens: float = math.inf) -> list[int]:
     """Indices of rows for one batch, shortest first; always includes row 0 (the oldest).
 
     Starting from the oldest row, grow a run of neighbours in length order, each time taking the
-    neighbour that adds the least padding, while ``rows x longest <= max_tokens``. A row longer
-    than the whole budget goes alone.
+    neighbour that adds the least padding, while ``rows x longest <= max_tokens`` and while the
+    batch's efficiency ``real tokens / (padded tokens + overhead_tokens)`` does not drop:
+    ``overhead_tokens`` is the fixed cost of one model call in token equivalents, so rows of very
+    different lengths go in separate batches unless the call overhead outweighs their padding.
+    A row longer than the whole budget goes alone.
     """
     order = sorted(range(len(lengths)), key=lambda k: (lengths[k], k))
     lo = hi = order.index(0)
-    longest = lengths[0]
+    longest = real = lengths[0]
     count = 1
     while count < max_size:
         left = order[lo - 1] if lo > 0 else None
@@ -104,12 +108,16 @@ def choose_rows(lengths: list[int], max_tokens: int, max_size: int) -> list[int]
         )
         if left_waste is None and right_waste is None:
             break
-        if right_waste is None or (left_waste is not None and left_waste <= right_waste):
+        take_left = right_waste is None or (left_waste is not None and left_waste <= right_waste)
+        added = lengths[left] if take_left else lengths[right]  # type: ignore[index]
+        new_longest = longest if take_left else added
+        if real / (count * longest + overhead_tokens) > (real + added) / ((count + 1) * new_longest + overhead_tokens):
+            break
+        if take_left:
             lo -= 1
         else:
             hi += 1
-            longest = lengths[order[hi]]
-        count += 1
+        longest, real, count = new_longest, real + added, count + 1
     return order[lo : hi + 1]
 
 
@@ -142,6 +150,7 @@ class Batcher:
         self._queue: list[WorkItem] = []
         self._cond = threading.Condition(threading.Lock())
         self._closed = False
+        self._worker_waiting = False
         self._rows_per_s = 0.0
         self.dropped_rows = 0
 
@@ -173,7 +182,8 @@ class Batcher:
                         retry_after_s=self._retry_after_locked(len(items)),
                     )
             self._queue.extend(items)
-            self._cond.notify()
+            if self._worker_waiting:  # waking a busy worker costs a GIL hand-off per request
+                self._cond.notify()
         if timeout_s is not None:
             request.timer = loop.call_later(timeout_s, _expire, request, timeout_s)
         return request
@@ -197,11 +207,11 @@ class Batcher:
                 if not self._queue:
                     if self._closed:
                         return None
-                    self._cond.wait()
+                    self._wait_locked(None)
                     continue
                 wait = self._queue[0].enqueued_at + max_wait - time.perf_counter()
                 if wait > 0 and not self._closed and not self._can_fill_locked():
-                    self._cond.wait(wait)
+                    self._wait_locked(wait)
                     continue
                 batch = self._take_batch_locked()
                 if batch is not None:
@@ -249,6 +259,13 @@ class Batcher:
         with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting any more
             loop.call_soon_threadsafe(callback, *args)
 
+    def _wait_locked(self, timeout: float | None) -> None:
+        self._worker_waiting = True
+        try:
+            self._cond.wait(timeout)
+        finally:
+            self._worker_waiting = False
+
     def _can_fill_locked(self) -> bool:
         if len(self._queue) >= self.policy.max_batch_size:
             return True
@@ -279,7 +296,10 @@ class Batcher:
             self._queue = queue[position:]
             return None
         chosen = choose_rows(
-            [item.length for item in candidates], self.policy.max_batch_tokens, self.policy.max_batch_size
+            [item.length for item in candidates],
+            self.policy.max_batch_tokens,
+            self.policy.max_batch_size,
+            self.policy.overhead_tokens,
         )
         chosen_set = set(chosen)
         leftovers = [item for k, item in enumerate(candidates) if k not in chosen_set]

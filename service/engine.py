@@ -69,6 +69,24 @@ def load_context(bundle: Bundle) -> ModelContext:
     )
 
 
+def input_chars(inputs: list[Any]) -> int:
+    """Characters of text in a request's inputs (str, tuples of str, or dataclasses of str fields)."""
+    total = 0
+    for item in inputs:
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, tuple):
+            total += sum(len(part) for part in item if isinstance(part, str))
+        else:
+            total += sum(len(value) for value in getattr(item, "__dict__", {}).values() if isinstance(value, str))
+            total += sum(
+                len(getattr(item, name))
+                for name in getattr(item, "__slots__", ())
+                if isinstance(getattr(item, name), str)
+            )
+    return total
+
+
 def batch_policy(settings: Settings) -> BatchPolicy:
     return BatchPolicy(
         max_batch_tokens=settings.max_batch_tokens,
@@ -76,6 +94,7 @@ def batch_policy(settings: Settings) -> BatchPolicy:
         max_wait_s=settings.max_wait_ms / 1000.0,
         max_queue=settings.max_queue,
         lookahead=max(4 * settings.max_batch_size, 64),
+        overhead_tokens=settings.batch_overhead_tokens,
     )
 
 
@@ -172,9 +191,12 @@ class Engine:
         deadline = time.perf_counter() + self.settings.timeout_s
         loop = asyncio.get_running_loop()
         try:
-            prepared: list[Prepared] = await loop.run_in_executor(
-                self._executor, self.handler.prepare, self.context, inputs, params
-            )
+            if input_chars(inputs) <= self.settings.prepare_inline_chars:
+                prepared: list[Prepared] = self.handler.prepare(self.context, inputs, params)
+            else:
+                prepared = await loop.run_in_executor(
+                    self._executor, self.handler.prepare, self.context, inputs, params
+                )
         except InputError as exc:
             raise BadRequest(str(exc)) from exc
         sequences = [seq for item in prepared for seq in item.sequences]

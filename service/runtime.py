@@ -79,7 +79,9 @@ class ModelRunner(Protocol):
 class OrtRunner:
     """One onnxruntime InferenceSession, configured for CPU serving."""
 
-    def __init__(self, model_path: Path, output_names: tuple[str, ...], intra_op_threads: int) -> None:
+    def __init__(
+        self, model_path: Path, output_names: tuple[str, ...], intra_op_threads: int, spin: bool = False
+    ) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -87,6 +89,8 @@ class OrtRunner:
         options.intra_op_num_threads = intra_op_threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if not spin:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         found = {out.name for out in self.session.get_outputs()}
         missing = [name for name in output_names if name not in found]

@@ -32,12 +32,24 @@ class Settings(BaseSettings):
     intra_op_threads: int = Field(default_factory=default_intra_op_threads, ge=1)
     max_batch_tokens: int = Field(8192, ge=1, description="Padded tokens per batch (batch size x longest row).")
     max_batch_size: int = Field(32, ge=1)
+    batch_overhead_tokens: float = Field(
+        32.0,
+        ge=0,
+        description="Cost of one model call in token equivalents: a batch stops growing when the padding an "
+        "extra row brings costs more than the call it saves (lower: less padding, more calls).",
+    )
     max_wait_ms: float = Field(2.0, ge=0, description="How long a lone row waits for others to fill a batch.")
     max_queue: int = Field(1024, ge=1, description="Rows waiting per model before requests get 429.")
     timeout_s: float = Field(30.0, gt=0, description="Per-request deadline (504 after it).")
     max_body_bytes: int = Field(1 << 20, ge=1)
     max_inputs_per_request: int = Field(64, ge=1)
     prepare_threads: int = Field(2, ge=1, description="Threads that tokenize requests off the event loop.")
+    prepare_inline_chars: int = Field(
+        1024,
+        ge=0,
+        description="Requests with at most this many characters of text are tokenized on the event loop: "
+        "for short texts a thread hop costs more than the tokenization.",
+    )
     log_level: LogLevel = "info"
 
     @field_validator("models", mode="before")

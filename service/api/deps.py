@@ -19,15 +19,16 @@ from service.settings import Settings
 T = TypeVar("T")
 
 
-def get_settings(request: Request) -> Settings:
+# async: FastAPI runs plain ``def`` dependencies in a thread pool, a thread hop per request.
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_registry(request: Request) -> ModelRegistry:
+async def get_registry(request: Request) -> ModelRegistry:
     return request.app.state.registry
 
 
-def get_metrics(request: Request) -> ServiceMetrics:
+async def get_metrics(request: Request) -> ServiceMetrics:
     return request.app.state.metrics
 
 

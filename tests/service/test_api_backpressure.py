@@ -69,7 +69,7 @@ def test_not_ready_until_warmed_up_and_while_shutting_down(text_classification_m
             assert (await client.get("/health/live")).status_code == 200
             in_flight = asyncio.ensure_future(client.post(ROUTE, json={"inputs": "queued during warm-up"}))
             gate.set()
-            await wait_for(lambda: engine.ready)
+            await wait_for(lambda: app.state.registry.ready)
             assert (await client.get("/health/ready")).status_code == 200
             assert (await in_flight).status_code == 200
 

@@ -125,6 +125,20 @@ def test_choose_rows_keeps_the_oldest_and_groups_neighbours_in_length() -> None:
         assert len(chosen) * max(lengths[k] for k in chosen) <= budget or len(chosen) == 1
 
 
+def test_choose_rows_splits_very_different_lengths_when_padding_costs_more_than_a_call() -> None:
+    lengths = [10, 60, 11, 61, 12, 62, 13, 63]
+    assert sorted(choose_rows(lengths, max_tokens=10_000, max_size=8, overhead_tokens=32)) == [0, 2, 4, 6]
+    assert len(choose_rows(lengths, max_tokens=10_000, max_size=8)) == 8  # no call overhead limit: fill
+    assert sorted(choose_rows([5, 20], max_tokens=100, max_size=8, overhead_tokens=32)) == [0, 1]  # call dominates
+    rng = random.Random(3)
+    for _ in range(200):
+        lengths = [rng.randint(1, 64) for _ in range(rng.randint(1, 40))]
+        chosen = choose_rows(lengths, 4096, 32, overhead_tokens=32)
+        longest = max(lengths[k] for k in chosen)
+        efficiency = sum(lengths[k] for k in chosen) / (len(chosen) * longest + 32)
+        assert efficiency >= lengths[0] / (lengths[0] + 32)  # never worse than the oldest row alone
+
+
 def test_max_wait_lets_rows_arriving_soon_after_join_the_batch() -> None:
     harness = make(BatchPolicy(max_batch_tokens=1000, max_batch_size=8, max_wait_s=0.2))
 

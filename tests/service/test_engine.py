@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from model_export.bundle import BundleError, BundleSpec, write_spec
-from service.engine import Engine
+from service.engine import Engine, input_chars
 from service.errors import BadRequest, NotReady
 from service.settings import Settings
-from service.tasks import ClassificationParams, TokenClassificationParams
+from service.tasks import ClassificationParams, QAInput, TokenClassificationParams
 from tests.service.tiny_models import CLASSIFICATION_LABELS, TinyModel
 
 TEXTS = [
@@ -41,16 +41,16 @@ def test_from_bundle_describes_the_model(text_classification_model: TinyModel) -
 
 
 @pytest.mark.parametrize(
-    ("task", "params"),
+    ("task", "params", "inline_chars"),
     [
-        ("text-classification", ClassificationParams(top_k=None)),
-        ("token-classification", TokenClassificationParams(aggregation_strategy="none", ignore_labels=())),
+        ("text-classification", ClassificationParams(top_k=None), 0),
+        ("token-classification", TokenClassificationParams(aggregation_strategy="none", ignore_labels=()), 10_000),
     ],
 )
 def test_concurrent_batched_answers_equal_one_at_a_time_answers(
-    tiny_models: dict[str, TinyModel], task: str, params: object
+    tiny_models: dict[str, TinyModel], task: str, params: object, inline_chars: int
 ) -> None:
-    engine = Engine.from_bundle(tiny_models[task].bundle, settings(max_batch_size=8))
+    engine = Engine.from_bundle(tiny_models[task].bundle, settings(max_batch_size=8, prepare_inline_chars=inline_chars))
 
     async def main() -> tuple[list, list]:
         await engine.start()
@@ -67,6 +67,10 @@ def test_concurrent_batched_answers_equal_one_at_a_time_answers(
             {k: v for k, v in item.items() if k != "score"} for item in expected
         ]
         np.testing.assert_allclose([item["score"] for item in got], [item["score"] for item in expected], atol=1e-5)
+
+
+def test_input_chars_counts_text_in_every_input_kind() -> None:
+    assert input_chars(["abc", ("ab", "c"), QAInput(question="q?", context="context")]) == 3 + 3 + 9
 
 
 def test_input_errors_are_bad_requests(text_classification_model: TinyModel) -> None:
