@@ -8,6 +8,7 @@ until that is done), and on shutdown turns readiness off, drains queued work and
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -78,7 +79,7 @@ def create_app(settings: Settings | None = None, engines: Mapping[str, Engine] |
         for name, engine in loaded.items():
             if engine.worker.observer is None:
                 engine.worker.observer = metrics.observer(name)
-            metrics.watch_queue(name, lambda batcher=engine.batcher: batcher.queue_depth)
+            metrics.watch_queue(name, functools.partial(getattr, engine.batcher, "queue_depth"))
         registry = ModelRegistry(loaded)
         app.state.registry = registry
         starting = asyncio.create_task(registry.start_all())

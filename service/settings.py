@@ -24,28 +24,30 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BERTSERVE_", extra="forbid")
 
     host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    models_dir: Path | None = Field(None, description="Serve every bundle folder under this folder, by folder name.")
+    port: int = Field(default=8000, ge=0, le=65535)
+    models_dir: Path | None = Field(
+        default=None, description="Serve every bundle folder under this folder, by folder name."
+    )
     models: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Extra models as NAME=PATH (env: comma-separated)."
     )
     intra_op_threads: int = Field(default_factory=default_intra_op_threads, ge=1)
-    max_batch_tokens: int = Field(8192, ge=1, description="Padded tokens per batch (batch size x longest row).")
-    max_batch_size: int = Field(32, ge=1)
+    max_batch_tokens: int = Field(default=8192, ge=1, description="Padded tokens per batch (batch size x longest row).")
+    max_batch_size: int = Field(default=32, ge=1)
     batch_overhead_tokens: float = Field(
-        32.0,
+        default=32.0,
         ge=0,
         description="Cost of one model call in token equivalents: a batch stops growing when the padding an "
         "extra row brings costs more than the call it saves (lower: less padding, more calls).",
     )
-    max_wait_ms: float = Field(2.0, ge=0, description="How long a lone row waits for others to fill a batch.")
-    max_queue: int = Field(1024, ge=1, description="Rows waiting per model before requests get 429.")
-    timeout_s: float = Field(30.0, gt=0, description="Per-request deadline (504 after it).")
-    max_body_bytes: int = Field(1 << 20, ge=1)
-    max_inputs_per_request: int = Field(64, ge=1)
-    prepare_threads: int = Field(2, ge=1, description="Threads that tokenize requests off the event loop.")
+    max_wait_ms: float = Field(default=2.0, ge=0, description="How long a lone row waits for others to fill a batch.")
+    max_queue: int = Field(default=1024, ge=1, description="Rows waiting per model before requests get 429.")
+    timeout_s: float = Field(default=30.0, gt=0, description="Per-request deadline (504 after it).")
+    max_body_bytes: int = Field(default=1 << 20, ge=1)
+    max_inputs_per_request: int = Field(default=64, ge=1)
+    prepare_threads: int = Field(default=2, ge=1, description="Threads that tokenize requests off the event loop.")
     prepare_inline_chars: int = Field(
-        1024,
+        default=1024,
         ge=0,
         description="Requests with at most this many characters of text are tokenized on the event loop: "
         "for short texts a thread hop costs more than the tokenization.",
