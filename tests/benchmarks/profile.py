@@ -21,7 +21,7 @@ def start_py_spy(pid: int, duration_s: float, out: Path) -> subprocess.Popen[byt
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
     command = [py_spy, "record", "--pid", str(pid), "--duration", str(max(1, round(duration_s))), "--format", "raw",
-               "--output", str(out), "--rate", "50", "--nonblocking", "--native"]  # fmt: skip
+               "--output", str(out), "--rate", "50", "--nonblocking", "--threads"]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

@@ -278,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     unknown = (set(args.tasks) - set(TASKS)) | (set(args.systems) - set(SYSTEMS))
     if unknown:
         print(f"unknown tasks/systems: {', '.join(sorted(unknown))}", file=sys.stderr)
