@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -16,6 +17,7 @@ def machine_facts() -> dict[str, Any]:
     import onnxruntime
 
     facts: dict[str, Any] = {
+        "load_average_at_start": [round(value, 1) for value in os.getloadavg()],
         "python": platform.python_version(),
         "platform": platform.platform(),
         "onnxruntime": onnxruntime.__version__,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shlex
 import subprocess
 import sys
@@ -81,6 +82,7 @@ class Bench:
 
     def save(self) -> None:
         self.results["wall_minutes"] = round((time.monotonic() - self.started) / 60, 1)
+        self.results["machine"]["load_average_at_save"] = [round(value, 1) for value in os.getloadavg()]
         for path in report.write(self.results, self.args.out):
             log.info("wrote %s", path)
 
