@@ -44,7 +44,6 @@ for tool in podman runc python3; do
     command -v "$tool" >/dev/null || { log "missing $tool"; record FAIL "tools: $tool not installed"; exit 1; }
 done
 [ -d "$MODELS_DIR" ] || { record FAIL "models: $MODELS_DIR does not exist (run make demo)"; exit 1; }
-log "models: $(find "$MODELS_DIR" -mindepth 2 -maxdepth 2 -name bundle.json | wc -l) bundle(s) in $MODELS_DIR"
 
 if ! podman image exists "$BASE_IMAGE"; then
     command -v debootstrap >/dev/null || { record FAIL "base: debootstrap not installed"; exit 1; }
@@ -94,8 +93,9 @@ else
     record FAIL "image: runs as root"
 fi
 
-log "run: $CONTAINER with $MODELS_DIR on /models, port $HOST_PORT"
-"${PODMAN[@]}" run -d --name "$CONTAINER" -p "$HOST_PORT:8000" \
+log "run: $CONTAINER with $MODELS_DIR on /models ($(find "$MODELS_DIR" -mindepth 2 -maxdepth 2 -name bundle.json | wc -l) bundles), port $HOST_PORT"
+# --health-interval disable: podman would schedule the HEALTHCHECK with systemd timers, absent here.
+"${PODMAN[@]}" run -d --name "$CONTAINER" -p "$HOST_PORT:8000" --health-interval disable \
     --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
     -v "$MODELS_DIR:/models:ro" "$IMAGE" >/dev/null
 

@@ -87,23 +87,32 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_step(what: str, command: list[str], log_file: Path) -> tuple[float, float]:
-    """Run one CLI, its output to log_file and its last lines to the console on failure.
+def run_step(what: str, command: list[str], log_file: Path, echo: bool = True) -> tuple[float, float]:
+    """Run one CLI, its output into log_file (and live to the console when echo), its tail shown on failure.
 
     Returns (wall seconds, CPU seconds): on a shared machine the CPU time is the steadier measure.
     """
     started, cpu_started = time.monotonic(), children_cpu_seconds()
-    with log_file.open("w") as log:
-        process = subprocess.run(
-            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **OFFLINE_ENV}, check=False
-        )
-    if process.returncode != 0:
-        tail = log_file.read_text().splitlines()[-20:]
-        raise RuntimeError(f"{what} failed (exit {process.returncode}); log {log_file}:\n" + "\n".join(tail))
+    env = {**os.environ, **OFFLINE_ENV}
+    with log_file.open("wb") as log, subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+    ) as process:
+        assert process.stdout is not None
+        while chunk := process.stdout.read1(4096):
+            log.write(chunk)
+            if echo:
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+        returncode = process.wait()
+    if returncode != 0:
+        tail = log_file.read_text(errors="replace").splitlines()[-20:]
+        raise RuntimeError(f"{what} failed (exit {returncode}); log {log_file}:\n" + "\n".join(tail))
     return time.monotonic() - started, children_cpu_seconds() - cpu_started
 
 
-def build_demo(spec: DemoSpec, out: Path, work: Path, base: Path, quantize: str, seed: int) -> dict[str, float]:
+def build_demo(
+    spec: DemoSpec, out: Path, work: Path, base: Path, quantize: str, seed: int, echo: bool
+) -> dict[str, float]:
     folder = work / spec.name
     folder.mkdir(parents=True, exist_ok=True)
     data = folder / spec.data_file
@@ -119,10 +128,10 @@ def build_demo(spec: DemoSpec, out: Path, work: Path, base: Path, quantize: str,
         sys.executable, "-m", "model_export", str(checkpoint), str(staging), "--task", spec.task,
         "--quantize", quantize, *spec.export_args,
     ]  # fmt: skip
-    print(f"  training on {spec.examples} generated examples (log: {folder / 'train.log'}) ...", flush=True)
-    train_s, train_cpu = run_step(f"{spec.name}: training", train, folder / "train.log")
+    print(f"  training on {spec.examples} generated examples ...", flush=True)
+    train_s, train_cpu = run_step(f"{spec.name}: training", train, folder / "train.log", echo)
     print(f"  trained in {train_s:.0f} s ({train_cpu:.0f} CPU s); exporting (quantize={quantize}) ...", flush=True)
-    export_s, export_cpu = run_step(f"{spec.name}: export", export, folder / "export.log")
+    export_s, export_cpu = run_step(f"{spec.name}: export", export, folder / "export.log", echo)
     target = out / spec.name
     shutil.rmtree(target, ignore_errors=True)
     shutil.move(str(staging), str(target))
@@ -137,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild bundles that already exist")
     parser.add_argument("--quantize", choices=["none", "int8"], default="none")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("-q", "--quiet", action="store_true", help="no live training/export output, only steps")
     parser.add_argument("--work", type=Path, help="keep generated data, checkpoints and logs here (default: temp)")
     args = parser.parse_args(argv)
 
@@ -155,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         for number, spec in enumerate(todo, 1):
             print(f"[{number}/{len(todo)}] demo {spec.name} ({spec.task})", flush=True)
             try:
-                build_demo(spec, args.out, work, base, args.quantize, args.seed)
+                build_demo(spec, args.out, work, base, args.quantize, args.seed, not args.quiet)
             except RuntimeError as error:
                 print(f"demo_models: {error}", file=sys.stderr)
                 return 1

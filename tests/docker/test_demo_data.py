@@ -114,7 +114,7 @@ def test_finished_bundles_are_skipped(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError(f"nothing should run when every bundle is built: {args}")
 
-    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
     assert demo_models.main(["--out", str(tmp_path)]) == 0
     (tmp_path / "qa" / "bundle.json").unlink()
     assert not demo_models.is_built(tmp_path / "qa")
@@ -124,4 +124,12 @@ def test_finished_bundles_are_skipped(
 def test_a_failing_step_names_itself_and_shows_the_log_tail(tmp_path: Path) -> None:
     command = [sys.executable, "-c", "import sys; print('the reason it broke'); sys.exit(3)"]
     with pytest.raises(RuntimeError, match=r"(?s)demo x: training failed \(exit 3\).*the reason it broke"):
-        demo_models.run_step("demo x: training", command, tmp_path / "train.log")
+        demo_models.run_step("demo x: training", command, tmp_path / "train.log", echo=False)
+
+
+def test_step_output_goes_to_its_log_and_to_the_console(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    command = [sys.executable, "-c", "print('step one'); print('step two')"]
+    wall, cpu = demo_models.run_step("demo x: export", command, tmp_path / "export.log", echo=True)
+    assert (tmp_path / "export.log").read_text().splitlines() == ["step one", "step two"]
+    assert "step one\nstep two" in capfd.readouterr().out
+    assert wall > 0 and cpu >= 0
