@@ -6,6 +6,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# Bounds that cannot change an answer (no bundle is longer than 512 tokens) but keep numbers sane.
+MAX_TOKENS = 512
+MAX_TOP_K = 1000
+
 
 class ErrorDetail(BaseModel):
     type: str = Field(description="Machine-readable error kind, e.g. bad_request, model_not_found, overloaded.")
@@ -64,7 +68,8 @@ class HealthResponse(BaseModel):
 class TaskRequest(BaseModel):
     """Fields every task request has."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: no silent coercion (true -> 1, 5.0 -> 5, "3" -> 3) of what clients send
+    model_config = ConfigDict(extra="forbid", strict=True)
     task: ClassVar[str]
 
     model: str | None = Field(

@@ -4,7 +4,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas.common import TaskRequest
+from service.schemas.common import MAX_TOP_K, TaskRequest
 from service.tasks import FillMaskParams
 
 
@@ -23,7 +23,7 @@ class FillMaskRequest(TaskRequest):
     inputs: str | Annotated[list[str], Field(min_length=1)] = Field(
         description="A text with one or more mask tokens, or a list of them."
     )
-    top_k: int = Field(5, ge=1, description="Predictions per mask.")
+    top_k: int = Field(5, ge=1, le=MAX_TOP_K, description="Predictions per mask.")
     targets: Annotated[list[str], Field(min_length=1)] | None = Field(
         None, description="Only score these words (as transformers' targets)."
     )

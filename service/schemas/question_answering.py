@@ -4,12 +4,12 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas.common import TaskRequest
+from service.schemas.common import MAX_TOKENS, MAX_TOP_K, TaskRequest
 from service.tasks import QAInput, QAParams
 
 
 class QAPair(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     question: str
     context: str
@@ -35,15 +35,18 @@ class QuestionAnsweringRequest(TaskRequest):
     inputs: QAPair | Annotated[list[QAPair], Field(min_length=1)] = Field(
         description="A {question, context} pair or a list of them."
     )
-    top_k: int = Field(1, ge=1, description="Answers per input.")
+    top_k: int = Field(1, ge=1, le=MAX_TOP_K, description="Answers per input.")
     doc_stride: int | None = Field(
-        None, ge=0, description="Overlap of context windows; default min(max_seq_len // 2, 128)."
+        None, ge=0, le=MAX_TOKENS, description="Overlap of context windows; default min(max_seq_len // 2, 128)."
     )
-    max_answer_len: int = Field(15, ge=1, description="Longest answer, in tokens.")
+    max_answer_len: int = Field(15, ge=1, le=MAX_TOKENS, description="Longest answer, in tokens.")
     max_seq_len: int | None = Field(
-        None, ge=2, description="Tokens per window, question included; default min(model max length, 384)."
+        None,
+        ge=2,
+        le=MAX_TOKENS,
+        description="Tokens per window, question included; default min(max length, 384).",
     )
-    max_question_len: int = Field(64, ge=1)
+    max_question_len: int = Field(64, ge=1, le=MAX_TOKENS)
     handle_impossible_answer: bool = Field(False, description="Allow the empty answer (SQuAD v2 style).")
 
     def input_list(self) -> list[QAPair]:

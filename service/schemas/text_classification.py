@@ -4,12 +4,12 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas.common import TaskRequest
+from service.schemas.common import MAX_TOP_K, TaskRequest
 from service.tasks import ClassificationParams
 
 
 class TextPair(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     text: str
     text_pair: str
@@ -34,7 +34,7 @@ class TextClassificationRequest(TaskRequest):
     inputs: TextInput | Annotated[list[TextInput], Field(min_length=1)] = Field(
         description="A text, a {text, text_pair} pair, or a list of either."
     )
-    top_k: int | None = Field(1, ge=1, description="How many labels per input; null for all labels.")
+    top_k: int | None = Field(1, ge=1, le=MAX_TOP_K, description="How many labels per input; null for all labels.")
     function_to_apply: Literal["softmax", "sigmoid", "none"] | None = Field(
         None, description="Score function; default as transformers picks it (softmax, or sigmoid for multi-label)."
     )

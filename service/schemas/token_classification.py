@@ -4,7 +4,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas.common import TaskRequest
+from service.schemas.common import MAX_TOKENS, TaskRequest
 from service.tasks import TokenClassificationParams
 
 
@@ -26,7 +26,10 @@ class TokenClassificationRequest(TaskRequest):
     )
     ignore_labels: list[str] = Field(default_factory=lambda: ["O"], description="Labels left out of the results.")
     stride: int | None = Field(
-        None, ge=0, description="Overlap of windows over texts longer than the model; default max length // 4."
+        None,
+        ge=0,
+        le=MAX_TOKENS,
+        description="Overlap of windows over long texts; default max length // 4.",
     )
 
     def input_list(self) -> list[str]:

@@ -115,6 +115,10 @@ def test_validation_errors_have_the_error_shape(client: TestClient) -> None:
     assert_error(client.post("/v1/fill-mask", json={"inputs": 5}), 422, "validation_error")
     assert_error(client.post("/v1/fill-mask", json={"inputs": []}), 422, "validation_error")
     assert_error(client.post("/v1/fill-mask", json={"inputs": "[MASK]", "top_k": 0}), 422, "validation_error", "top_k")
+    for coerced in (True, 2.0, "2"):  # strict: nothing is silently turned into an integer
+        assert_error(client.post("/v1/fill-mask", json={"inputs": "[MASK]", "top_k": coerced}), 422, "validation_error")
+    huge = {"inputs": {"question": "q", "context": "c"}, "max_answer_len": 10**30}
+    assert_error(client.post("/v1/question-answering", json=huge), 422, "validation_error", "max_answer_len")
     invalid_json = client.post("/v1/fill-mask", content=b"{nope", headers={"content-type": "application/json"})
     assert_error(invalid_json, 422, "validation_error")
 
