@@ -164,7 +164,9 @@ def markdown(results: dict[str, Any]) -> str:
         )
     lines += accuracy_markdown(results.get("accuracy", {}))
     if results.get("profile"):
+        samples = results["profile"].get("samples", 0)
         lines += ["", "## Where bertserve's time goes (py-spy, SST-2 fp32, concurrency 32)", ""]
+        lines += [f"{samples} samples of the server's busy threads (py-spy --threads, idle threads left out).", ""]
         lines += ["| share of samples | function (leaf frame) |", "| ---: | --- |"]
         for item in results["profile"]["top_leaf_frames"]:
             lines.append(f"| {item['share']:.1f}% | `{item['frame']}` |")
