@@ -10,12 +10,16 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import uvicorn
 from pydantic import ValidationError
 
 from model_export.bundle import BundleError
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 logger = logging.getLogger("service")
 
@@ -37,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-inputs-per-request", type=int)
     parser.add_argument("--prepare-threads", type=int)
     parser.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=None)
     return parser
 
 
@@ -72,11 +77,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bertserve: error: cannot serve model {name}: {exc}", file=sys.stderr)
         return 1
 
-    import uvicorn
-
     app = create_app(settings, engines=engines)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, timeout_graceful_shutdown=30)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=settings.access_log,
+        timeout_graceful_shutdown=int(settings.timeout_s) + 5,
+    )
+    GracefulServer(config, app).run()
     return 0
+
+
+class GracefulServer(uvicorn.Server):
+    """On SIGTERM/SIGINT readiness turns 503 at once; uvicorn then stops accepting and waits for
+    in-flight requests, and the lifespan drains the queues and stops the workers."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self.app = app
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.app.state.registry.shutting_down = True
+        super().handle_exit(sig, frame)
 
 
 if __name__ == "__main__":

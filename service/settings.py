@@ -53,6 +53,7 @@ class Settings(BaseSettings):
         "for short texts a thread hop costs more than the tokenization.",
     )
     log_level: LogLevel = "info"
+    access_log: bool = Field(default=False, description="Log one line per request (costs time per request).")
 
     @field_validator("models", mode="before")
     @classmethod

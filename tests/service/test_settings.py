@@ -75,3 +75,19 @@ def test_bad_bundle_stops_start_up_with_one_line_naming_it(
     assert main(["--models", str(tmp_path / "missing")]) != 0
     assert main([]) != 0
     assert "no models" in capsys.readouterr().err
+
+
+def test_sigterm_turns_readiness_off_before_uvicorn_drains() -> None:
+    import signal
+
+    import uvicorn
+
+    from service.__main__ import GracefulServer
+    from service.app import create_app
+
+    app = create_app(Settings())
+    server = GracefulServer(uvicorn.Config(app), app)
+    assert not app.state.registry.shutting_down
+    server.handle_exit(signal.SIGTERM, None)
+    assert app.state.registry.shutting_down and server.should_exit
+    assert settings_from_args(["--access-log"]).access_log and not settings_from_args([]).access_log
