@@ -185,7 +185,7 @@ class Engine:
             logger.info("model %s (%s) warmed up in %.3f s", self.name, self.task, time.perf_counter() - started)
 
     async def infer(self, inputs: list[Any], params: Any) -> list[Any]:
-        """Run one request: prepare (thread pool) -> batcher -> postprocess; one result per input."""
+        """One request: prepare (inline when short, else thread pool) -> batcher -> postprocess; a result per input."""
         if self._stopping or not self._started:
             raise NotReady(f"model {self.name} is not accepting requests")
         deadline = time.perf_counter() + self.settings.timeout_s
