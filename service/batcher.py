@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from service.errors import NotReady, Overloaded, RequestTimeout, ServiceError
+from service.errors import NotReady, Overloaded, PayloadTooLarge, RequestTimeout, ServiceError
 from service.tasks.base import Sequence
 
 RowOutputs = dict[str, np.ndarray]
@@ -169,6 +169,10 @@ class Batcher:
         if not sequences:
             request.future.set_result([])
             return request
+        if len(sequences) > self.policy.max_queue:
+            raise PayloadTooLarge(
+                f"the request needs {len(sequences)} rows; model {self.name} queues at most {self.policy.max_queue}"
+            )
         now = time.perf_counter()
         items = [WorkItem(request, i, seq, len(seq), now) for i, seq in enumerate(sequences)]
         with self._cond:

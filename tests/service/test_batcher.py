@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from service.batcher import Batcher, BatchPolicy, choose_rows
-from service.errors import InferenceError, NotReady, Overloaded, RequestTimeout
+from service.errors import InferenceError, NotReady, Overloaded, PayloadTooLarge, RequestTimeout
 from service.runtime import Worker
 from tests.service.fakes import EchoRunner, seq
 
@@ -217,6 +217,8 @@ def test_full_queue_is_overloaded_with_retry_after() -> None:
         assert caught.value.status_code == 429
         assert int(caught.value.headers()["Retry-After"]) >= 1
         harness.batcher.submit([seq([6])])  # one more row still fits
+        with pytest.raises(PayloadTooLarge):  # could never fit: retrying would not help
+            harness.batcher.submit([seq([7])] * 4)
         gate.set()
         await asyncio.gather(running, queued)
 
