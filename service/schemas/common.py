@@ -61,6 +61,10 @@ class ModelsResponse(BaseModel):
 
 
 class HealthResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"status": "ok", "models": {"sst2": True, "conll": True}}]}
+    )
+
     status: Literal["ok", "not_ready", "shutting_down"]
     models: dict[str, bool] = Field(default_factory=dict, description="Model name -> ready.")
 
