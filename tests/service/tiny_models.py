@@ -181,7 +181,7 @@ def build_bundle(task: str, checkpoint: Path, folder: Path) -> None:
     except ImportError:
         export_with_torch(task, checkpoint, folder)
         return
-    export_bundle(checkpoint, folder, task=task, optimize=False)  # fusion is not what these tests are about
+    export_bundle(checkpoint, folder, task=task)
 
 
 def build_tiny_models(root: Path) -> dict[str, TinyModel]:
