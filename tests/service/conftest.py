@@ -7,6 +7,8 @@ so only the first run pays for torch/transformers and the exports.
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,11 @@ def tiny_models(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFa
     """task -> TinyModel(task, checkpoint, bundle) for the four tasks."""
     cache = getattr(pytestconfig, "cache", None)
     base = Path(cache.mkdir("bertserve-tiny-models")) if cache is not None else tmp_path_factory.mktemp("tiny")
-    return build_tiny_models(base / cache_key())
+    key = cache_key()
+    for stale in base.iterdir():  # models of older builder versions, unused for an hour
+        if stale.name != key and time.time() - stale.stat().st_mtime > 3600:
+            shutil.rmtree(stale, ignore_errors=True)
+    return build_tiny_models(base / key)
 
 
 @pytest.fixture(scope="session")
