@@ -161,9 +161,9 @@ class Worker:
             self.died = exc
             logger.critical("worker for model %s died: %r; the model is no longer served", self.name, exc)
             error = NotReady(f"model {self.name} is not being served (its worker died)")
+            self.batcher.close(drain=False, error=error)  # first: nobody may queue behind a dead worker
             if batch is not None:
                 self.batcher.fail(batch, error)
-            self.batcher.close(drain=False, error=error)
 
     def _run_batch(self, batch: Batch) -> None:
         started = time.perf_counter()
