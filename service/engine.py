@@ -87,9 +87,17 @@ def input_chars(inputs: list[Any]) -> int:
     return total
 
 
-def batch_policy(settings: Settings) -> BatchPolicy:
+# fill-mask's logits are (B, T, vocab) float32: 4096 tokens x 30522 words would be 500 MB per batch.
+MAX_TOKEN_OUTPUT_BYTES = 256 << 20
+
+
+def batch_policy(settings: Settings, floats_per_token: int = 0) -> BatchPolicy:
+    """The batcher's limits; ``floats_per_token`` (the widest token-level output) caps the token budget."""
+    max_tokens = settings.max_batch_tokens
+    if floats_per_token > 0:
+        max_tokens = max(1, min(max_tokens, MAX_TOKEN_OUTPUT_BYTES // (4 * floats_per_token)))
     return BatchPolicy(
-        max_batch_tokens=settings.max_batch_tokens,
+        max_batch_tokens=max_tokens,
         max_batch_size=settings.max_batch_size,
         max_wait_s=settings.max_wait_ms / 1000.0,
         max_queue=settings.max_queue,
@@ -115,7 +123,8 @@ class Engine:
         self.handler = handler
         self.context = context
         self.settings = settings
-        self.batcher = Batcher(batch_policy(settings), name)
+        wide = context.tokenizer.get_vocab_size() if bundle.spec.task == "fill-mask" else 0
+        self.batcher = Batcher(batch_policy(settings, wide), name)
         self.worker = Worker(
             name, self.batcher, runner, context.pad_token_id, TOKEN_LEVEL_OUTPUTS[bundle.spec.task], observer
         )

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from model_export.bundle import BundleError, BundleSpec, write_spec
-from service.engine import Engine, input_chars
+from service.engine import MAX_TOKEN_OUTPUT_BYTES, Engine, batch_policy, input_chars
 from service.errors import BadRequest, NotReady
 from service.settings import Settings
 from service.tasks import ClassificationParams, QAInput, TokenClassificationParams
@@ -67,6 +67,16 @@ def test_concurrent_batched_answers_equal_one_at_a_time_answers(
             {k: v for k, v in item.items() if k != "score"} for item in expected
         ]
         np.testing.assert_allclose([item["score"] for item in got], [item["score"] for item in expected], atol=1e-5)
+
+
+def test_fill_mask_token_budget_keeps_vocabulary_logits_bounded(tiny_models: dict[str, TinyModel]) -> None:
+    budget = batch_policy(settings(max_batch_tokens=8192), floats_per_token=30522).max_batch_tokens
+    assert budget * 30522 * 4 <= MAX_TOKEN_OUTPUT_BYTES < (budget + 1) * 30522 * 4
+    fill = Engine.from_bundle(tiny_models["fill-mask"].bundle, settings(max_batch_tokens=8192))
+    vocab = fill.context.tokenizer.get_vocab_size()
+    assert fill.batcher.policy.max_batch_tokens == min(8192, MAX_TOKEN_OUTPUT_BYTES // (4 * vocab))
+    text = Engine.from_bundle(tiny_models["text-classification"].bundle, settings(max_batch_tokens=8192))
+    assert text.batcher.policy.max_batch_tokens == 8192
 
 
 def test_input_chars_counts_text_in_every_input_kind() -> None:
