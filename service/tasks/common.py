@@ -84,6 +84,10 @@ def vocabulary(tokenizer: Tokenizer) -> dict[str, int]:
 def encode_batch(tokenizer: Tokenizer, inputs: list, what: str = "input") -> list[Encoding]:
     """``tokenizer.encode_batch``; a tokenizer refusal (e.g. a question too long to window) is a client error."""
     try:
+        if len(inputs) == 1:  # one request, one text: encode() skips encode_batch's thread-pool dispatch
+            item = inputs[0]
+            pair = isinstance(item, tuple | list)
+            return [tokenizer.encode(*item) if pair else tokenizer.encode(item)]
         return tokenizer.encode_batch(inputs, add_special_tokens=True)
     except Exception as exc:  # tokenizers raises a bare Exception for truncation errors
         raise InputError(f"cannot tokenize the {what}: {exc}") from exc

@@ -122,7 +122,7 @@ def select_starts_ends(
     if handle_impossible_answer:
         min_null_score = min(min_null_score, (start[0, 0] * end[0, 0]).item())
     start[0, 0] = end[0, 0] = 0.0
-    starts, ends, scores = decode_spans(start, end, top_k, max_answer_len, undesired_tokens)
+    starts, ends, scores = decode_spans(start, end, top_k, min(max_answer_len, start.shape[-1]), undesired_tokens)
     return starts, ends, scores, min_null_score
 
 
