@@ -59,6 +59,8 @@ class BundleSpec:
     id2label: dict[int, str] = field(default_factory=dict)
     problem_type: str | None = None
     do_lower_case: bool = True
+    # tokenizer_config.json's flag (tokenizer.json lacks it): fill-mask's decoded strings depend on it.
+    clean_up_tokenization_spaces: bool = True
     special_tokens: SpecialTokens = field(default_factory=SpecialTokens)
     inputs: list[str] = field(default_factory=lambda: list(INPUT_NAMES))
     outputs: list[str] = field(default_factory=list)

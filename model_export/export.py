@@ -333,6 +333,7 @@ def export_bundle(
                 id2label=dict(config.id2label or {}) if task in ("text-classification", "token-classification") else {},
                 problem_type=config.problem_type if task == "text-classification" else None,
                 do_lower_case=do_lower_case,
+                clean_up_tokenization_spaces=bool(settings.get("clean_up_tokenization_spaces", True)),
                 special_tokens=special,
                 outputs=list(outputs),
                 precision=precision,

@@ -149,10 +149,13 @@ class Engine:
         bundle = read_bundle(path)
         if handler is None:
             from service.tasks import HANDLERS
+            from service.tasks.fill_mask import FillMaskHandler
 
             if bundle.spec.task not in HANDLERS:
                 raise BundleError(bundle.path, f"the service does not serve task {bundle.spec.task!r}")
             handler = HANDLERS[bundle.spec.task]
+            if bundle.spec.task == "fill-mask":
+                handler = FillMaskHandler(bundle.spec.clean_up_tokenization_spaces)
         context = load_context(bundle)
         try:
             runner = OrtRunner(bundle.model_path, tuple(handler.output_names), settings.intra_op_threads)

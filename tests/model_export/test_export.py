@@ -270,3 +270,20 @@ def test_pretraining_checkpoint_serves_fill_mask_and_feature_extraction(tmp_path
     np.testing.assert_allclose(
         got["last_hidden_state"][mask], encoder.last_hidden_state.numpy()[mask], rtol=0, atol=1e-4
     )
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_clean_up_tokenization_spaces_travels_into_the_bundle(
+    flag: bool, tmp_path: Path, checkpoint: Callable[[str, str], Path]
+) -> None:
+    import shutil
+
+    from service.engine import Engine
+
+    source = shutil.copytree(checkpoint("transformers", "fill-mask"), tmp_path / "ckpt")
+    config_path = source / "tokenizer_config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "clean_up_tokenization_spaces": flag}))
+    exported = export_bundle(source, tmp_path / "bundle", optimize=False)
+    assert exported.spec.clean_up_tokenization_spaces is flag
+    engine = Engine.from_bundle(exported.path)
+    assert engine.handler.clean_up_tokenization_spaces is flag  # type: ignore[attr-defined]
