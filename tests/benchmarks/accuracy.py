@@ -103,24 +103,24 @@ def word_char_spans(words: tuple[str, ...]) -> list[tuple[int, int]]:
     return spans
 
 
-def predicted_spans(words: tuple[str, ...], entities: list[dict[str, Any]]) -> set[tuple[str, int, int]]:
-    """Map the service's character-offset entities back to word ranges of the space-joined sentence."""
-    char_spans = word_char_spans(words)
-    spans: set[tuple[str, int, int]] = set()
-    for entity in entities:
-        covered = [i for i, (lo, hi) in enumerate(char_spans) if lo < entity["end"] and entity["start"] < hi]
-        if covered:
-            kind = entity.get("entity_group") or entity.get("entity", "").split("-")[-1]
-            spans.add((kind, covered[0], covered[-1]))
-    return spans
+def predicted_tags(words: tuple[str, ...], tokens: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Word tags from the service's token-level labels (``aggregation_strategy="none"``).
+
+    Each word takes the label of the token that starts at its first character: its first sub-token, the
+    one the model was trained to label. (The pipeline's "first"/"simple" grouping treats punctuation inside
+    a CoNLL word, as in "P." or "Chester-le-Street", as separate words whose labels the model never learned,
+    which splits entities such as "P. Simmons"; word-level scoring avoids that.)
+    """
+    starts = {token["start"]: token["entity"] for token in tokens if token.get("start") is not None}
+    return tuple(starts.get(lo, "O") for lo, _ in word_char_spans(words))
 
 
 def entity_f1(served: Served, sentences: list[NerSentence]) -> dict[str, float]:
-    results = post_all(served, "token-classification", [s.text for s in sentences], aggregation_strategy="first")
+    results = post_all(served, "token-classification", [s.text for s in sentences], aggregation_strategy="none")
     true_positive = predicted_total = gold_total = 0
-    for sentence, entities in zip(sentences, results, strict=True):
+    for sentence, tokens in zip(sentences, results, strict=True):
         gold = gold_spans(sentence.tags)
-        predicted = predicted_spans(sentence.words, entities)
+        predicted = gold_spans(predicted_tags(sentence.words, tokens))
         true_positive += len(gold & predicted)
         predicted_total += len(predicted)
         gold_total += len(gold)
