@@ -123,6 +123,12 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Produced by `{results['command']}` on {results['started']} (took {results.get('wall_minutes', '?')} min).",
         "",
+        *(
+            f"Kept {', '.join(run['kept'])} from `{run['command']}` on {run['started']} "
+            f"(load average then: {run.get('load_average')})."
+            for run in results.get("earlier_runs", [])
+        ),
+        "",
         "Machine: " + ", ".join(f"{key}: {value}" for key, value in results["machine"].items()),
         "",
         f"Load: wrk, one thread, {settings['duration_s']:.0f} s per point after a "

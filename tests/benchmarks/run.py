@@ -77,8 +77,34 @@ class Bench:
             "throughput": [],
             "accuracy": {},
         }
+        if args.merge:
+            self.merge_previous(args.out / "results.json")
         self.bodies_dir = SCRATCH_DIR / "bodies"
         self.logs_dir = SCRATCH_DIR / "logs"
+
+    def merge_previous(self, path: Path) -> None:
+        """Keep the parts of an earlier run that this run does not measure (accuracy or throughput)."""
+        if not path.is_file():
+            return
+        previous = json.loads(path.read_text())
+        kept = []
+        if not self.args.accuracy and previous.get("accuracy"):
+            self.results["accuracy"] = previous["accuracy"]
+            kept.append("accuracy")
+        if not self.args.throughput:
+            for key in ("raw", "throughput", "profile"):
+                if previous.get(key):
+                    self.results[key] = previous[key]
+            self.results["settings"] = previous.get("settings", self.results["settings"])
+            kept.append("throughput")
+        if kept:
+            self.results["models"] = {**previous.get("models", {}), **self.results["models"]}
+            earlier = previous.get("earlier_runs", [])
+            self.results["earlier_runs"] = [
+                *earlier,
+                {"command": previous["command"], "started": previous["started"], "kept": kept,
+                 "load_average": previous.get("machine", {}).get("load_average_at_save")},
+            ]  # fmt: skip
 
     def save(self) -> None:
         self.results["wall_minutes"] = round((time.monotonic() - self.started) / 60, 1)
@@ -272,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bertserve-args", default="", help="extra flags for python -m service ('--max-wait-ms 5')")
     parser.add_argument("--train-scale", type=float, default=1.0, help="shrink fine-tuning subsets (smoke runs)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where results.{md,json} and plots go")
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the accuracy (or throughput) part of the results already in --out"
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser
 
