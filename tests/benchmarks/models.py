@@ -144,3 +144,17 @@ def bundle_facts(bundle: Path) -> dict[str, object]:
     spec = json.loads((bundle / "bundle.json").read_text())
     return {key: spec.get(key) for key in ("task", "max_length", "quantization", "optimized", "fused_operators")}
 
+
+
+def training_summary(checkpoint: Path) -> str:
+    """How a checkpoint was fine-tuned, from the metrics.json the training CLI writes beside it."""
+    metrics_path = checkpoint / "metrics.json"
+    if not metrics_path.is_file():
+        return f"{checkpoint.name}: no metrics.json"
+    settings = json.loads(metrics_path.read_text()).get("settings", {})
+    steps, batch = settings.get("total_steps"), settings.get("batch_size")
+    examples = steps * batch * settings.get("grad_accum", 1) if steps and batch else "?"
+    return (
+        f"{checkpoint.relative_to(REPO_ROOT)}: {steps} steps x batch {batch} (~{examples} examples seen), "
+        f"{settings.get('epochs')} epoch(s), lr {settings.get('learning_rate')}"
+    )

@@ -233,6 +233,7 @@ class Bench:
         with servers.running("bertserve-accuracy", command, port, "/health/ready", self.logs_dir) as server:
             for name, (dataset, metric, evaluate) in evaluations.items():
                 scores: dict[str, Any] = {"dataset": dataset, "metric": metric, "published": accuracy.PUBLISHED[name]}
+                scores["training"] = models.training_summary(models.ensure_checkpoint(name, scale))
                 for quantization in models.QUANTIZATIONS:
                     if f"{name}-{quantization}" not in bundles:
                         continue
