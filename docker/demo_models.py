@@ -56,8 +56,8 @@ DEMOS: tuple[DemoSpec, ...] = (
          "--max-steps", "60", "--batch-size", "16", "--lr", "1e-4"),
     ),
     DemoSpec(
-        "qa", "question-answering", "qa.json", 500,
-        ("--max-length", "96", "--doc-stride", "32", "--max-steps", "80", "--batch-size", "16", "--lr", "1e-4"),
+        "qa", "question-answering", "qa.json", 600,
+        ("--max-length", "64", "--doc-stride", "16", "--max-steps", "200", "--batch-size", "8", "--lr", "2e-4"),
     ),
     DemoSpec(
         "fill-mask", "fill-mask", "text.txt", 1500,
@@ -100,6 +100,7 @@ def run_step(what: str, command: list[str], log_file: Path, echo: bool = True) -
         assert process.stdout is not None
         while chunk := process.stdout.read1(4096):
             log.write(chunk)
+            log.flush()
             if echo:
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.flush()
@@ -163,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bertserve-demo-") as scratch:
         work = args.work or Path(scratch)
         for number, spec in enumerate(todo, 1):
+            if not args.force and is_built(args.out / spec.name):
+                print(f"[{number}/{len(todo)}] demo {spec.name}: built meanwhile (another run?), skipping")
+                continue
             print(f"[{number}/{len(todo)}] demo {spec.name} ({spec.task})", flush=True)
             try:
                 build_demo(spec, args.out, work, base, args.quantize, args.seed, not args.quiet)
