@@ -34,10 +34,11 @@ from training.data import (
 )
 from training.metrics import MlmAccumulator, classification_metrics, entity_metrics, squad_metrics
 from training.model import TASK_ARCHITECTURES
+from training.pretrain import masked_lm_training_loss
 from training.pretrain_data import MlmCollator
 from training.squad import decode_answers, parse_article_range, read_squad, window_examples
 from training.tokenizer import load_tokenizer
-from training.train import Batch, Runtime, TrainingArguments, set_seed, train
+from training.train import Batch, LossFunction, Runtime, TrainingArguments, default_loss, set_seed, train
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class TaskData:
     collate_fn: Callable[[Sequence[Feature]], Batch]
     evaluate: Callable[[nn.Module], dict[str, float]] | None
     config_overrides: dict[str, Any]
+    loss_fn: LossFunction = default_loss
 
 
 def _predict(
@@ -218,7 +220,7 @@ def _fill_mask(options: FinetuneOptions, tokenizer: Tokenizer, device: torch.dev
                     accumulator.add(logits.cpu(), labels)
             return accumulator.scores()
 
-    return TaskData(train_features, collator, evaluate, {})
+    return TaskData(train_features, collator, evaluate, {}, loss_fn=masked_lm_training_loss)
 
 
 TASK_BUILDERS = {
@@ -265,5 +267,6 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
         runtime,
         evaluate=task_data.evaluate,
         primary_metric=PRIMARY_METRIC[options.task] if task_data.evaluate else None,
+        loss_fn=task_data.loss_fn,
     )
     return report

@@ -40,11 +40,26 @@ class PretrainOptions:
     training: TrainingArguments = field(default_factory=lambda: TrainingArguments(max_steps=1000, learning_rate=1e-4))
 
 
+def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """logits (B, T, V), labels (B, T) -> mean cross-entropy over labelled positions; 0, not NaN, when none is.
+
+    A batch of a few short lines can draw no [MASK] at all; a plain mean over zero positions would be NaN.
+    """
+    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), reduction="sum")
+    return total / labels.ne(-100).sum().clamp(min=1)
+
+
+def masked_lm_training_loss(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+    """Loss for BertForMaskedLM (fill-mask fine-tuning)."""
+    outputs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    loss = masked_lm_loss(outputs["logits"], batch["labels"])
+    return loss, {}
+
+
 def pretraining_loss(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
     """Summed MLM + NSP loss; both parts are reported."""
     outputs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    logits = outputs["prediction_logits"]  # (B, T, V)
-    mlm = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch["labels"].reshape(-1))
+    mlm = masked_lm_loss(outputs["prediction_logits"], batch["labels"])
     nsp = F.cross_entropy(outputs["seq_relationship_logits"].float(), batch["next_sentence_label"])
     return mlm + nsp, {"mlm_loss": float(mlm.detach()), "nsp_loss": float(nsp.detach())}
 
