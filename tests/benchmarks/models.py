@@ -68,9 +68,9 @@ RECIPES: dict[str, Recipe] = {
     ),
     "squad": Recipe(
         "squad", "question-answering", "squad/dev-subset.json", "squad/dev-subset.json", max_length=256, epochs=1,
-        max_train_samples=640,
+        max_train_samples=1000,
         extra=("--articles", SQUAD_TRAIN_ARTICLES, "--eval-articles", SQUAD_EVAL_ARTICLES, "--doc-stride", "128",
-               "--batch-size", "16", "--max-eval-samples", "200"),
+               "--batch-size", "16", "--lr", "1e-4", "--max-eval-samples", "200"),
         reuse=("minilm-squad",),
     ),
 }  # fmt: skip
