@@ -7,8 +7,12 @@ loaded before the server starts, so a bad bundle stops start-up with one line na
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
 
 class GracefulServer(uvicorn.Server):
     """On SIGTERM/SIGINT readiness turns 503 at once; uvicorn then stops accepting and waits for
-    in-flight requests, and the lifespan drains the queues and stops the workers."""
+    in-flight requests, and the lifespan drains the queues and stops the workers. The process then
+    exits 0: uvicorn's own handler would re-raise the signal afterwards (exit 143 for a clean drain)."""
 
     def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
         super().__init__(config)
@@ -101,6 +106,18 @@ class GracefulServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.app.state.registry.shutting_down = True
         super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

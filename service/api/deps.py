@@ -10,7 +10,7 @@ from typing import Annotated, Any, TypeVar
 import numpy as np
 from fastapi import Depends, Request, Response
 
-from service.errors import ClientClosedRequest, NotReady, PayloadTooLarge
+from service.errors import ClientClosedRequest, PayloadTooLarge
 from service.metrics import ServiceMetrics
 from service.registry import ModelRegistry
 from service.schemas.common import ErrorResponse, TaskRequest
@@ -94,8 +94,8 @@ async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
 
 
 async def run_task(request: Request, body: TaskRequest, registry: ModelRegistry, settings: Settings) -> Response:
-    if registry.shutting_down:
-        raise NotReady("the service is shutting down")
+    # No shutting_down check here: after SIGTERM uvicorn accepts no new connections, and a request already
+    # sent on an open one is answered; the engines refuse work only once the lifespan stops them.
     engine = registry.select(body.task, body.model)
     count = len(body.input_list())
     if count > settings.max_inputs_per_request:

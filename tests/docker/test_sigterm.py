@@ -127,10 +127,5 @@ def test_new_connections_are_refused_while_draining(shutdown_run: ShutdownRun) -
     assert shutdown_run.refused_after_exit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="uvicorn (>= 0.29) re-raises the captured SIGTERM after its graceful shutdown, so outside a container "
-    "(where the process is not PID 1) python -m service dies by the signal: exit -15 / 143, not 0",
-)
 def test_process_exits_0_after_sigterm(shutdown_run: ShutdownRun) -> None:
     assert shutdown_run.returncode == 0, shutdown_run.output[-2000:]
