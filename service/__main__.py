@@ -88,10 +88,15 @@ def main(argv: list[str] | None = None) -> int:
         port=settings.port,
         log_level=settings.log_level,
         access_log=settings.access_log,
-        timeout_graceful_shutdown=int(settings.timeout_s) + 5,
+        timeout_graceful_shutdown=drain_seconds(settings),
     )
     GracefulServer(config, app).run()
     return 0
+
+
+def drain_seconds(settings: Settings) -> int:
+    """How long in-flight work may take after SIGTERM: the request timeout plus a margin to answer."""
+    return int(settings.timeout_s) + 5
 
 
 class GracefulServer(uvicorn.Server):

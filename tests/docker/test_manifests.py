@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from service.settings import Settings
-from tests.docker.conftest import DOCKER, REPO
+from tests.docker.conftest import DOCKER
 
 K8S = DOCKER / "k8s"
 KUBERNETES_VERSION = "1.30"
@@ -33,12 +33,12 @@ def manifests() -> dict[str, dict[str, Any]]:
     return resources
 
 
-def service_drain_seconds() -> float:
-    """uvicorn's graceful-shutdown timeout as ``python -m service`` sets it: in-flight work gets this long."""
-    source = (REPO / "service" / "__main__.py").read_text()
-    match = re.search(r"timeout_graceful_shutdown\s*=\s*([0-9.]+)", source)
-    assert match, "service/__main__.py no longer sets timeout_graceful_shutdown; update the manifests' drain budget"
-    return float(match.group(1))
+def service_drain_seconds(environment: dict[str, str] | None = None) -> float:
+    """uvicorn's graceful-shutdown timeout as ``python -m service`` sets it for the deployment's environment."""
+    from service.__main__ import drain_seconds
+
+    fields = {name.removeprefix("BERTSERVE_").lower(): value for name, value in (environment or {}).items()}
+    return drain_seconds(Settings(**{key: value for key, value in fields.items() if key == "timeout_s"}))
 
 
 def container(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -128,7 +128,8 @@ def test_grace_period_outlasts_prestop_pause_plus_drain() -> None:
     spec = container(manifests())
     pause = float(spec["lifecycle"]["preStop"]["exec"]["command"][-1])
     grace = manifests()["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert grace > pause + service_drain_seconds()
+    environment = {item["name"]: item["value"] for item in spec.get("env", [])}
+    assert grace > pause + service_drain_seconds(environment)
 
 
 def test_service_and_autoscaler_point_at_the_deployment() -> None:
@@ -158,4 +159,4 @@ def test_compose_serves_a_models_volume_with_real_settings() -> None:
     for name in service.get("environment", {}):
         assert name.removeprefix("BERTSERVE_").lower() in Settings.model_fields, name
     grace = re.fullmatch(r"(\d+)s", service["stop_grace_period"])
-    assert grace and int(grace.group(1)) > service_drain_seconds()
+    assert grace and int(grace.group(1)) > service_drain_seconds(service.get("environment", {}))
