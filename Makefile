@@ -36,6 +36,7 @@ serve: demo
 	$(PY) -m service --models $(MODELS) --port $(PORT)
 
 bench: setup
+	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m tests.benchmarks.run
 
 clean:
