@@ -57,7 +57,7 @@ if ! podman image exists "$BASE_IMAGE"; then
         || { record FAIL "base: debootstrap failed (see /tmp/bertserve-debootstrap.log)"; exit 1; }
     # The downloaded .debs and package lists are 80 MB the image does not need.
     rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/cache/apt/*.bin "$ROOTFS"/var/lib/apt/lists/*
-    tar -C "$ROOTFS" -c . | podman import \
+    tar -C "$ROOTFS" -c . | podman import --quiet \
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null
     rm -rf "$ROOTFS"
@@ -142,3 +142,4 @@ else
     podman logs "$CONTAINER" 2>&1 | tail -n 20
     record FAIL "SIGTERM: exit code $EXIT_CODE"
 fi
+exit "$FAILED"
