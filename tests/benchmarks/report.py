@@ -35,6 +35,13 @@ def machine_facts() -> dict[str, Any]:
     except (OSError, subprocess.CalledProcessError):
         facts["cpu"] = platform.processor()
     try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "service", "model_export"], capture_output=True,
+                               text=True, check=True)  # fmt: skip
+        facts["git"] = head.stdout.strip() + (" (service/model_export modified)" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    try:
         meminfo = Path("/proc/meminfo").read_text().splitlines()[0].split()
         facts["memory_gib"] = round(int(meminfo[1]) / 2**20, 1)
     except (OSError, IndexError, ValueError):
@@ -144,7 +151,8 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for raw in results["raw"]:
         lines.append(
-            f"| {raw['task']} | raw ORT {raw['variant']} (batch {raw['batch_size']}) | - | "
+            f"| {raw['task']} | raw ORT {raw['variant']} (batch {raw['batch_size']}"
+            f"{'' if raw.get('spin', True) else ', no spinning'}) | - | "
             f"{fmt(raw['sequences_per_s'])} | - | - | 0 | {fmt(100 * raw['padding_waste'])}% |"
         )
     for row in results["throughput"]:
