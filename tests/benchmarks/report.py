@@ -234,6 +234,7 @@ def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
         axis.set_xscale("log", base=2)
         axis.set_xlabel("concurrency (connections)")
         axis.set_ylabel("sequences / s")
+        axis.set_ylim(bottom=0)
         axis.set_title(TASK_TITLES[task])
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)

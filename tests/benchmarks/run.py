@@ -99,12 +99,15 @@ class Bench:
             kept.append("throughput")
         if kept:
             self.results["models"] = {**previous.get("models", {}), **self.results["models"]}
-            earlier = previous.get("earlier_runs", [])
-            self.results["earlier_runs"] = [
-                *earlier,
-                {"command": previous["command"], "started": previous["started"], "kept": kept,
-                 "load_average": previous.get("machine", {}).get("load_average_at_save")},
-            ]  # fmt: skip
+            # only the runs that measured what is kept are named as its source
+            earlier = [run for run in previous.get("earlier_runs", []) if set(run["kept"]) & set(kept)]
+            measured = [part for part in kept if part not in {p for run in earlier for p in run["kept"]}]
+            if measured:
+                earlier.append(
+                    {"command": previous["command"], "started": previous["started"], "kept": measured,
+                     "load_average": previous.get("machine", {}).get("load_average_at_save")}
+                )  # fmt: skip
+            self.results["earlier_runs"] = earlier
 
     def save(self) -> None:
         self.results["wall_minutes"] = round((time.monotonic() - self.started) / 60, 1)
