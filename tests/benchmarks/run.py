@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -284,6 +285,10 @@ def print_summary(results: dict[str, Any]) -> None:
         print(f"accuracy {name:6s} {metric}: {values}")
 
 
+def interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def csv_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
@@ -319,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown tasks/systems: {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
     bench = Bench(args)
+    # servers run in their own sessions: turn SIGTERM into KeyboardInterrupt so that they are stopped too
+    signal.signal(signal.SIGTERM, interrupt)
     try:
         bench.run()
     except KeyboardInterrupt:
