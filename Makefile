@@ -36,6 +36,7 @@ serve: demo
 	$(PY) -m service --models $(MODELS) --port $(PORT)
 
 bench: setup
+	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m tests.benchmarks.run
 
