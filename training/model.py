@@ -148,22 +148,24 @@ class BertSelfAttention(nn.Module):
         return context.view(context.size(0), context.size(1), -1)  # (B, T, H)
 
 
-class BertSelfOutput(nn.Module):
-    def __init__(self, config: BertConfig):
+class BertOutput(nn.Module):
+    """Project back to H, add the residual, LayerNorm: after attention (in_size H) and after the FFN (in_size I)."""
+
+    def __init__(self, config: BertConfig, in_size: int):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(in_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(hidden)) + residual)
+        return self.LayerNorm(self.dropout(self.dense(hidden)) + residual)  # (B, T, H)
 
 
 class BertAttention(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.self = BertSelfAttention(config)
-        self.output = BertSelfOutput(config)
+        self.output = BertOutput(config, config.hidden_size)
 
     def forward(self, hidden: torch.Tensor, additive_mask: torch.Tensor) -> torch.Tensor:
         return self.output(self.self(hidden, additive_mask), hidden)
@@ -179,23 +181,12 @@ class BertIntermediate(nn.Module):
         return self.activation(self.dense(hidden))  # (B, T, intermediate_size)
 
 
-class BertOutput(nn.Module):
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, hidden: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(hidden)) + residual)
-
-
 class BertLayer(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.attention = BertAttention(config)
         self.intermediate = BertIntermediate(config)
-        self.output = BertOutput(config)
+        self.output = BertOutput(config, config.intermediate_size)
 
     def forward(self, hidden: torch.Tensor, additive_mask: torch.Tensor) -> torch.Tensor:
         attended = self.attention(hidden, additive_mask)
