@@ -1,4 +1,4 @@
-"""Contract tests from the OpenAPI schema (slow): a generated typed client, and a schemathesis run.
+"""Contract tests from the OpenAPI schema: a generated typed client, and a schemathesis run (~1 min, default run).
 
 Both run against a real uvicorn server on a free port serving the tiny models.
 Tools: openapi-python-client and schemathesis (dev tools, not service dependencies).
@@ -23,8 +23,6 @@ import pytest
 from service.app import create_app
 from service.settings import Settings
 from tests.service.tiny_models import TinyModel
-
-pytestmark = pytest.mark.slow
 
 
 def free_port() -> int:
