@@ -82,3 +82,8 @@ def save_hf_bert(tmp_path: Path) -> Callable[..., tuple[torch.nn.Module, Path]]:
         return model, folder
 
     return save
+
+
+def max_abs_difference(expected: torch.Tensor, actual: torch.Tensor) -> float:
+    assert expected.shape == actual.shape
+    return (expected - actual).abs().max().item()

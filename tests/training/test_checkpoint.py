@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from torch import nn
 
-from tests.training.conftest import TINY_BERT_CONFIG
+from tests.training.conftest import TINY_BERT_CONFIG, max_abs_difference
 from training.checkpoint import CheckpointError, load_config, load_model, save_model
 from training.model import ARCHITECTURES, BertConfig
 from training.tokenizer import load_tokenizer
@@ -30,11 +30,6 @@ AUTO_CLASSES = {
     "BertForQuestionAnswering": "AutoModelForQuestionAnswering",
     "BertForTokenClassification": "AutoModelForTokenClassification",
 }
-
-
-def max_abs_difference(expected: torch.Tensor, actual: torch.Tensor) -> float:
-    assert expected.shape == actual.shape
-    return (expected - actual).abs().max().item()
 
 
 @pytest.mark.parametrize("architecture", list(AUTO_CLASSES))

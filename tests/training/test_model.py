@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.training.conftest import TINY_BERT_CONFIG
+from tests.training.conftest import TINY_BERT_CONFIG, max_abs_difference
 from training.checkpoint import load_model
 from training.model import ARCHITECTURES, TASK_ARCHITECTURES, BertConfig, BertForMaskedLM
 
@@ -26,11 +26,6 @@ PARITY_CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "BertForQuestionAnswering": ({}, ["start_logits", "end_logits"]),
     "BertForTokenClassification": ({"num_labels": 5}, ["logits"]),
 }
-
-
-def max_abs_difference(expected: torch.Tensor, actual: torch.Tensor) -> float:
-    assert expected.shape == actual.shape
-    return (expected - actual).abs().max().item()
 
 
 @pytest.mark.parametrize("architecture", list(PARITY_CASES))
