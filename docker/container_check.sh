@@ -3,6 +3,7 @@
 # bundles mounted, wait for readiness, check one answer per task over HTTP, remove the container.
 #
 #   docker/container_check.sh [MODELS_DIR]          (default: models; build it with `make demo`)
+#   docker/container_check.sh models 2>&1 | tee docker/container_check.log   (to keep a run's output; not committed)
 #
 # Environment: IMAGE (localhost/bertserve:check), BASE_IMAGE (localhost/debian-base:bookworm; made with
 # debootstrap when missing), HOST_PORT (18000), READY_TIMEOUT_S (180), KEEP_IMAGE=1 to keep the image.
@@ -13,6 +14,8 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 MODELS_DIR=$(realpath "${1:-models}")
+# What the output names: paths relative to the repository, never this machine's absolute ones.
+MODELS_SHOWN=$(realpath --relative-to=. "$MODELS_DIR")
 IMAGE=${IMAGE:-localhost/bertserve:check}
 BASE_IMAGE=${BASE_IMAGE:-localhost/debian-base:bookworm}
 HOST_PORT=${HOST_PORT:-18000}
@@ -43,7 +46,7 @@ trap 'cleanup; summary' EXIT
 for tool in podman runc python3; do
     command -v "$tool" >/dev/null || { log "missing $tool"; record FAIL "tools: $tool not installed"; exit 1; }
 done
-[ -d "$MODELS_DIR" ] || { record FAIL "models: $MODELS_DIR does not exist (run make demo)"; exit 1; }
+[ -d "$MODELS_DIR" ] || { record FAIL "models: $MODELS_SHOWN does not exist (run make demo)"; exit 1; }
 
 if ! podman image exists "$BASE_IMAGE"; then
     command -v debootstrap >/dev/null || { record FAIL "base: debootstrap not installed"; exit 1; }
@@ -93,7 +96,7 @@ else
     record FAIL "image: runs as root"
 fi
 
-log "run: $CONTAINER with $MODELS_DIR on /models ($(find "$MODELS_DIR" -mindepth 2 -maxdepth 2 -name bundle.json | wc -l) bundles), port $HOST_PORT"
+log "run: $CONTAINER with $MODELS_SHOWN on /models ($(find "$MODELS_DIR" -mindepth 2 -maxdepth 2 -name bundle.json | wc -l) bundles), port $HOST_PORT"
 # podman schedules the HEALTHCHECK with systemd timers, absent here: its complaints about that are dropped.
 "${PODMAN[@]}" run -d --name "$CONTAINER" -p "$HOST_PORT:8000" \
     --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \

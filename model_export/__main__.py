@@ -8,7 +8,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from model_export.bundle import PRECISIONS, QUANTIZATIONS, TASKS
+from model_export.bundle import PRECISIONS, QUANTIZATIONS
+from model_export.tasks import TASK_NAMES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("checkpoint_dir", help="Hugging Face checkpoint folder (config.json, weights, tokenizer)")
     parser.add_argument("out_dir", help="bundle folder to write (replaced only when the new bundle is complete)")
-    parser.add_argument("--task", default="auto", choices=["auto", *TASKS], help="default: from config.json")
+    parser.add_argument("--task", default="auto", choices=["auto", *TASK_NAMES], help="default: from config.json")
     parser.add_argument(
         "--optimize", action=argparse.BooleanOptionalAction, default=True, help="fuse operators (default: on)"
     )
@@ -25,7 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--precision", default="fp32", choices=PRECISIONS, help="fp16 needs CUDA (onnxruntime-gpu)")
     parser.add_argument("--max-length", type=int, default=None, help="default: tokenizer's model_max_length")
     parser.add_argument("--opset", type=int, default=17)
-    parser.add_argument("--atol", type=float, default=None, help="fp32 parity tolerance (default 1e-4)")
+    parser.add_argument(
+        "--atol", type=float, default=None, help="fp32 parity: absolute tolerance (default 1e-4)"
+    )
+    parser.add_argument(
+        "--rtol", type=float, default=None,
+        help="fp32 parity: relative tolerance, |onnx - torch| <= atol + rtol x |torch| (default 1e-3)",
+    )  # fmt: skip
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return parser
 
@@ -53,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_length=args.max_length,
             opset=args.opset,
             atol=args.atol,
+            rtol=args.rtol,
             precision=args.precision,
         )
     except ExportError as error:

@@ -13,20 +13,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model_export.tasks import INPUT_NAMES, TASK_NAMES, TASKS
+
 SCHEMA_VERSION = 1
 BUNDLE_FILE = "bundle.json"
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 
-INPUT_NAMES: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
-TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
-    "text-classification": ("logits",),
-    "token-classification": ("logits",),
-    "fill-mask": ("logits",),
-    "question-answering": ("start_logits", "end_logits"),
-    "feature-extraction": ("last_hidden_state", "pooler_output"),
-}
-TASKS: tuple[str, ...] = tuple(TASK_OUTPUTS)
 QUANTIZATIONS: tuple[str, ...] = ("none", "int8")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
 
@@ -106,9 +99,10 @@ class BundleSpec:
 
     def check(self, path: Path | str = BUNDLE_FILE) -> None:
         """Reject a spec whose task, outputs, inputs or settings do not fit together."""
-        if self.task not in TASK_OUTPUTS:
-            raise BundleError(path, f"unknown task {self.task!r} (known: {', '.join(TASKS)})")
-        expected = list(TASK_OUTPUTS[self.task])
+        if self.task not in TASKS:
+            raise BundleError(path, f"unknown task {self.task!r} (known: {', '.join(TASK_NAMES)})")
+        task = TASKS[self.task]
+        expected = list(task.outputs)
         if list(self.outputs) != expected:
             raise BundleError(path, f"task {self.task} needs outputs {expected}, bundle declares {self.outputs}")
         if list(self.inputs) != list(INPUT_NAMES):
@@ -119,7 +113,7 @@ class BundleSpec:
             raise BundleError(path, f"unknown precision {self.precision!r}")
         if not 2 <= self.max_length <= 512:
             raise BundleError(path, f"max_length {self.max_length} is outside 2..512")
-        if self.task in ("text-classification", "token-classification") and not self.id2label:
+        if task.needs_labels and not self.id2label:
             raise BundleError(path, f"task {self.task} needs id2label")
 
 

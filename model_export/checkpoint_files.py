@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from tokenizers import Tokenizer, normalizers
 
 from model_export.bundle import SpecialTokens
+from model_export.files import read_json, token_text, tokenizer_settings
 from model_export.validate import ExportError
 from training.model import BertConfig
 from training.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ExportError(f"{path}: not valid JSON ({error})") from error
-    return data if isinstance(data, dict) else {}
-
-
-def _token_text(value: Any, default: str) -> str:
-    if isinstance(value, dict):
-        return str(value.get("content", default))
-    return default if value is None else str(value)
 
 
 def prepare_tokenizer(folder: Path, task: str, vocab_size: int) -> tuple[Tokenizer, SpecialTokens, bool, dict]:
@@ -43,7 +26,7 @@ def prepare_tokenizer(folder: Path, task: str, vocab_size: int) -> tuple[Tokeniz
         raise ExportError(str(error)) from error
     except Exception as error:  # tokenizers raises bare Exception for malformed tokenizer.json
         raise ExportError(f"{folder}: cannot load the tokenizer ({error})") from error
-    settings = {**_read_json(folder / "special_tokens_map.json"), **_read_json(folder / "tokenizer_config.json")}
+    settings = tokenizer_settings(folder, error=ExportError)
     normalizer = tokenizer.normalizer
     if isinstance(normalizer, normalizers.BertNormalizer):
         # transformers rebuilds the normalizer when tokenizer_config.json disagrees with tokenizer.json; so do we.
@@ -60,7 +43,7 @@ def prepare_tokenizer(folder: Path, task: str, vocab_size: int) -> tuple[Tokeniz
         do_lower_case = bool(settings.get("do_lower_case", True))
     defaults = SpecialTokens()
     special = SpecialTokens(
-        **{role: _token_text(settings.get(role), getattr(defaults, role)) for role in defaults.__dataclass_fields__}
+        **{role: token_text(settings.get(role), getattr(defaults, role)) for role in defaults.__dataclass_fields__}
     )
     required = ["cls_token", "sep_token", "pad_token", "unk_token"] + (["mask_token"] if task == "fill-mask" else [])
     for role in required:
@@ -92,7 +75,8 @@ def weights_sha256(folder: Path) -> str:
     if (folder / "model.safetensors").is_file():
         files = [folder / "model.safetensors"]
     elif index.is_file():
-        files = [folder / name for name in sorted(set(_read_json(index).get("weight_map", {}).values()))]
+        weight_map = read_json(index, error=ExportError).get("weight_map", {})
+        files = [folder / name for name in sorted(set(weight_map.values()))]
     else:
         files = [folder / "pytorch_model.bin"]
     digest = hashlib.sha256()

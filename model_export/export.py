@@ -35,11 +35,9 @@ from torch import nn
 from model_export import optimize as graph_rewrites
 from model_export.bundle import (
     BUNDLE_FILE,
-    INPUT_NAMES,
     MODEL_FILE,
     PRECISIONS,
     QUANTIZATIONS,
-    TASK_OUTPUTS,
     TOKENIZER_FILE,
     Bundle,
     BundleError,
@@ -48,17 +46,17 @@ from model_export.bundle import (
     write_spec,
 )
 from model_export.checkpoint_files import prepare_tokenizer, resolve_max_length, weights_sha256
+from model_export.onnx_io import ort_session
+from model_export.tasks import INPUT_NAMES, TASK_NAMES, TASKS, task_for_architecture
 from model_export.validate import (
-    Batch,
     ExportError,
+    InputFeeds,
     Outputs,
     ParityError,
     SpecialIds,
     agreement_between,
     check_parity,
-    cpu_session,
     default_tolerance,
-    is_sequence_level,
     probe_batches,
     run_session,
     sequences_per_second,
@@ -66,29 +64,12 @@ from model_export.validate import (
     text_batches,
 )
 from training.checkpoint import CheckpointError, load_config, load_model
-from training.model import TASK_ARCHITECTURES, BertConfig
+from training.model import BertConfig
 
 __all__ = ["ExportError", "ParityError", "detect_task", "export_bundle"]
 
 logger = logging.getLogger(__name__)
 
-# Checkpoint architecture -> the task it serves when --task auto.
-AUTO_TASKS: dict[str, str] = {
-    "BertForSequenceClassification": "text-classification",
-    "BertForQuestionAnswering": "question-answering",
-    "BertForTokenClassification": "token-classification",
-    "BertForMaskedLM": "fill-mask",
-    "BertForPreTraining": "fill-mask",
-    "BertModel": "feature-extraction",
-}
-# Checkpoint architectures whose trained weights cover everything a task's graph computes (no random head).
-TASK_SOURCES: dict[str, frozenset[str]] = {
-    "text-classification": frozenset({"BertForSequenceClassification"}),
-    "question-answering": frozenset({"BertForQuestionAnswering"}),
-    "token-classification": frozenset({"BertForTokenClassification"}),
-    "fill-mask": frozenset({"BertForMaskedLM", "BertForPreTraining"}),
-    "feature-extraction": frozenset({"BertModel", "BertForPreTraining", "BertForSequenceClassification"}),
-}
 SPEED_BATCH = (8, 128)
 # What the exporter, onnx, the optimizer, the quantiser and onnxruntime raise for graphs or files they cannot handle.
 TOOL_ERRORS: tuple[type[BaseException], ...] = (
@@ -130,17 +111,17 @@ def checkpoint_architecture(config: BertConfig) -> str:
 
 
 def detect_task(architecture: str) -> str:
-    try:
-        return AUTO_TASKS[architecture]
-    except KeyError:
-        raise ExportError(f"cannot infer a task from architecture {architecture!r}; pass --task") from None
+    task = task_for_architecture(architecture)
+    if task is None:
+        raise ExportError(f"cannot infer a task from architecture {architecture!r}; pass --task")
+    return task
 
 
 def resolve_task(requested: str, architecture: str) -> str:
     task = detect_task(architecture) if requested == "auto" else requested
-    if task not in TASK_OUTPUTS:
-        raise ExportError(f"unknown task {task!r} (known: auto, {', '.join(TASK_OUTPUTS)})")
-    if architecture not in TASK_SOURCES[task]:
+    if task not in TASKS:
+        raise ExportError(f"unknown task {task!r} (known: auto, {', '.join(TASK_NAMES)})")
+    if architecture not in TASKS[task].sources:
         raise ExportError(f"a {architecture} checkpoint has no trained weights for task {task}")
     return task
 
@@ -165,9 +146,7 @@ def export_onnx(adapter: OnnxAdapter, path: Path, task: str, opset: int) -> None
     dummy_ids = torch.full((2, 8), 5, dtype=torch.long)
     dummy_mask = torch.ones_like(dummy_ids)
     dummy_mask[1, 6:] = 0
-    dynamic_axes: dict[str, dict[int, str]] = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
-    for name in adapter.output_names:
-        dynamic_axes[name] = {0: "batch"} if is_sequence_level(task, name) else {0: "batch", 1: "sequence"}
+    dynamic_axes = TASKS[task].dynamic_axes()
     with warnings.catch_warnings():
         # Tracer and deprecation warnings about the TorchScript path are expected and say nothing about the result.
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
@@ -189,7 +168,7 @@ def export_onnx(adapter: OnnxAdapter, path: Path, task: str, opset: int) -> None
     onnx.checker.check_model(str(path))
 
 
-def torch_references(adapter: OnnxAdapter, batches: Sequence[Batch]) -> list[Outputs]:
+def torch_references(adapter: OnnxAdapter, batches: Sequence[InputFeeds]) -> list[Outputs]:
     references = []
     with torch.inference_mode():
         for batch in batches:
@@ -217,10 +196,10 @@ def _install(staging: Path, out_dir: Path) -> None:
 
 
 def _compare_with_fp32(
-    task: str, fp32_path: Path, int8_path: Path, batches: Sequence[Batch], speed_batch: Batch
+    task: str, fp32_path: Path, int8_path: Path, batches: Sequence[InputFeeds], speed_batch: InputFeeds
 ) -> dict[str, Any]:
     """int8 against the fp32 graph it came from: top-1 agreement / cosine on the probe and the measured speed-up."""
-    sessions = {"fp32": cpu_session(fp32_path), "int8": cpu_session(int8_path)}
+    sessions = {"fp32": ort_session(fp32_path), "int8": ort_session(int8_path)}
     outputs = {label: [run_session(session, batch) for batch in batches] for label, session in sessions.items()}
     rates = {
         label: sequences_per_second(session_runner(session), speed_batch, 0.3) for label, session in sessions.items()
@@ -244,6 +223,7 @@ def export_bundle(
     opset: int = 17,
     atol: float | None = None,
     precision: str = "fp32",
+    rtol: float | None = None,
 ) -> Bundle:
     """Export a checkpoint folder into a validated bundle at out_dir; ExportError (ParityError) on any failure."""
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
@@ -263,12 +243,12 @@ def export_bundle(
             config = load_config(checkpoint_dir)
             architecture = checkpoint_architecture(config)
             task = resolve_task(task, architecture)
-            model = load_model(checkpoint_dir, TASK_ARCHITECTURES[task])
+            model = load_model(checkpoint_dir, TASKS[task].architecture)
         except CheckpointError as error:
             raise ExportError(str(error)) from error
         tokenizer, special, do_lower_case, settings = prepare_tokenizer(checkpoint_dir, task, config.vocab_size)
         max_length = resolve_max_length(max_length, settings, config)
-        adapter = OnnxAdapter(model, TASK_OUTPUTS[task]).eval()
+        adapter = OnnxAdapter(model, TASKS[task].outputs).eval()
         special_ids = SpecialIds(
             *(tokenizer.token_to_id(t) for t in (special.cls_token, special.sep_token, special.pad_token))
         )
@@ -277,7 +257,7 @@ def export_bundle(
         )
         references = torch_references(adapter, batches)
     shape = (config.num_attention_heads, config.hidden_size, config.num_hidden_layers)
-    outputs = TASK_OUTPUTS[task]
+    outputs = TASKS[task].outputs
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
@@ -288,7 +268,7 @@ def export_bundle(
         model_path, fused = work / "raw.onnx", {}
         with progress.step(f"exporting {architecture} as {task} (opset {opset})"):
             export_onnx(adapter, model_path, task, opset)
-        fp32_tolerance = default_tolerance("fp32", "none", atol)
+        fp32_tolerance = default_tolerance("fp32", "none", atol, rtol)
         with progress.step("checking the exported graph against torch"):
             parity = {
                 "fp32": check_parity(task, model_path, batches, references, outputs, fp32_tolerance, "exported graph")
@@ -305,7 +285,7 @@ def export_bundle(
             with progress.step("quantizing to int8 (dynamic, per-channel)"):
                 int8_path = work / "int8.onnx"
                 graph_rewrites.quantize_int8(model_path, int8_path)
-                tolerance = default_tolerance("fp32", "int8", atol)
+                tolerance = default_tolerance("fp32", "int8", atol, rtol)
                 parity["int8"] = check_parity(task, int8_path, batches, references, outputs, tolerance, "int8 graph")
                 speed_batch = probe_batches(
                     config.vocab_size, special_ids, max_length, config.type_vocab_size, [SPEED_BATCH], seed=1
@@ -317,7 +297,7 @@ def export_bundle(
                 fp16_path = work / "fp16.onnx"
                 fused = graph_rewrites.convert_fp16(model_path, fp16_path, *shape)
                 model_path = fp16_path
-                tolerance = default_tolerance("fp16", "none", atol)
+                tolerance = default_tolerance("fp16", "none", atol, rtol)
                 parity["fp16"] = check_parity(
                     task, model_path, batches, references, outputs, tolerance, "fp16 graph", "fp16"
                 )
@@ -330,7 +310,7 @@ def export_bundle(
                 task=task,
                 architecture=architecture,
                 max_length=max_length,
-                id2label=dict(config.id2label or {}) if task in ("text-classification", "token-classification") else {},
+                id2label=dict(config.id2label or {}) if TASKS[task].needs_labels else {},
                 problem_type=config.problem_type if task == "text-classification" else None,
                 do_lower_case=do_lower_case,
                 clean_up_tokenization_spaces=bool(settings.get("clean_up_tokenization_spaces", True)),

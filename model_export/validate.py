@@ -20,12 +20,14 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from model_export.bundle import INPUT_NAMES
+from model_export.onnx_io import InputFeeds, ort_session, pad_rows, run_session
+from model_export.tasks import INPUT_NAMES, task_spec
 
-Batch = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
 
 FP32_ATOL = 1e-4
+# float32 logits of ~100 round at ~1e-5 per operation; 1e-3 of the magnitude still fails a perturbed weight.
+FP32_RTOL = 1e-3
 # Shapes (batch, sequence) of the probe; sequences are capped at the bundle's max length.
 PROBE_SHAPES: tuple[tuple[int, int], ...] = ((1, 5), (3, 16), (4, 37), (2, 64), (8, 24))
 EMBEDDING_OUTPUTS = frozenset({"last_hidden_state", "pooler_output"})
@@ -56,27 +58,52 @@ class ParityError(ExportError):
     """The exported graph does not reproduce the torch model within tolerance."""
 
 
+class ShapeError(ParityError):
+    """The graph's inputs or outputs differ from the declaration in names, types or shapes."""
+
+
+class ValueMismatch(ParityError):
+    """Outputs whose values leave the tolerance; ``failures`` names every such output with its worst element."""
+
+    def __init__(self, label: str, failures: Sequence[str]) -> None:
+        super().__init__(f"{label}: " + "; ".join(failures))
+        self.failures = list(failures)
+
+
 @dataclass(frozen=True)
 class Tolerance:
-    """What a graph must satisfy; None switches a check off."""
+    """What a graph must satisfy; None switches a check off.
+
+    Values pass where |onnx - torch| <= atol + rtol * |torch| (numpy.allclose's rule): the absolute term covers
+    values near zero, the relative term large logits, whose float32 rounding grows with their magnitude.
+    """
 
     atol: float | None = FP32_ATOL
+    rtol: float = FP32_RTOL
     min_top1_agreement: float | None = None
     min_cosine: float | None = None
 
     def to_json(self) -> dict[str, float | None]:
-        return {"atol": self.atol, "min_top1_agreement": self.min_top1_agreement, "min_cosine": self.min_cosine}
+        return {
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "min_top1_agreement": self.min_top1_agreement,
+            "min_cosine": self.min_cosine,
+        }
 
 
-def default_tolerance(precision: str = "fp32", quantization: str = "none", atol: float | None = None) -> Tolerance:
-    """fp32: raw atol. int8 / fp16: agreement checks (an explicit atol is still applied on top)."""
+def default_tolerance(
+    precision: str = "fp32", quantization: str = "none", atol: float | None = None, rtol: float | None = None
+) -> Tolerance:
+    """fp32: atol + rtol. int8 / fp16: agreement checks (an explicit atol is still applied on top)."""
+    relative = FP32_RTOL if rtol is None else rtol
     if quantization == "int8":
         # Dynamic int8 flips near-ties. Per-channel int8 MiniLM keeps sentence-embedding cosines at >= 0.99 on real
         # sentences and ~0.975 on this random-token probe, so 0.95 passes it and fails a broken quantisation.
-        return Tolerance(atol=atol, min_top1_agreement=0.9, min_cosine=0.95)
+        return Tolerance(atol=atol, rtol=relative, min_top1_agreement=0.9, min_cosine=0.95)
     if precision == "fp16":
-        return Tolerance(atol=atol, min_top1_agreement=0.98, min_cosine=0.995)
-    return Tolerance(atol=FP32_ATOL if atol is None else atol)
+        return Tolerance(atol=atol, rtol=relative, min_top1_agreement=0.98, min_cosine=0.995)
+    return Tolerance(atol=FP32_ATOL if atol is None else atol, rtol=relative)
 
 
 @dataclass(frozen=True)
@@ -93,7 +120,7 @@ def probe_batches(
     type_vocab_size: int = 2,
     shapes: Sequence[tuple[int, int]] = PROBE_SHAPES,
     seed: int = 0,
-) -> list[Batch]:
+) -> list[InputFeeds]:
     """Deterministic [CLS] A [SEP] B [SEP] batches with right padding of varied length in every multi-row batch."""
     rng = np.random.default_rng(seed)
     ordinary = np.setdiff1d(np.arange(vocab_size), [special.cls, special.sep, special.pad])
@@ -119,49 +146,22 @@ def probe_batches(
 
 def text_batches(
     tokenizer: Tokenizer, max_length: int, pad_id: int, type_vocab_size: int = 2, batch_size: int = 6
-) -> list[Batch]:
+) -> list[InputFeeds]:
     """PROBE_TEXTS encoded by the bundle's tokenizer (truncated to max_length), right-padded per batch."""
     encodings = [tokenizer.encode(*text) if isinstance(text, tuple) else tokenizer.encode(text) for text in PROBE_TEXTS]
-    batches = []
-    for start in range(0, len(encodings), batch_size):
-        chunk = [encoding.ids[:max_length] for encoding in encodings[start : start + batch_size]]
-        types = [encoding.type_ids[:max_length] for encoding in encodings[start : start + batch_size]]
-        width = max(len(ids) for ids in chunk)
-        batch = {name: np.zeros((len(chunk), width), dtype=np.int64) for name in INPUT_NAMES}
-        batch["input_ids"][:] = pad_id
-        for row, (ids, type_ids) in enumerate(zip(chunk, types, strict=True)):
-            batch["input_ids"][row, : len(ids)] = ids
-            batch["attention_mask"][row, : len(ids)] = 1
-            if type_vocab_size > 1:
-                batch["token_type_ids"][row, : len(ids)] = type_ids
-        batches.append(batch)
-    return batches
-
-
-def cpu_session(model_path: Path | str, threads: int | None = None, optimize: bool = True) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if threads:
-        options.intra_op_num_threads = threads
-    if not optimize:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    rows = [(encoding.ids[:max_length], encoding.type_ids[:max_length]) for encoding in encodings]
+    return [
+        pad_rows(rows[start : start + batch_size], pad_id, use_token_types=type_vocab_size > 1).feeds
+        for start in range(0, len(rows), batch_size)
+    ]
 
 
 def session_for(model_path: Path | str, precision: str = "fp32") -> ort.InferenceSession:
     if precision != "fp16":
-        return cpu_session(model_path)
+        return ort_session(model_path)
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         raise ExportError("precision fp16 needs onnxruntime-gpu with the CUDA execution provider")
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(model_path), options, providers=["CUDAExecutionProvider"])
-
-
-def run_session(session: ort.InferenceSession, batch: Batch) -> Outputs:
-    names = [output.name for output in session.get_outputs()]
-    feed = {node.name: batch[node.name] for node in session.get_inputs()}
-    return dict(zip(names, session.run(names, feed), strict=True))
+    return ort_session(model_path, providers=("CUDAExecutionProvider",))
 
 
 def check_signature(session: ort.InferenceSession, expected_outputs: Sequence[str]) -> None:
@@ -169,25 +169,20 @@ def check_signature(session: ort.InferenceSession, expected_outputs: Sequence[st
     inputs = session.get_inputs()
     names = [node.name for node in inputs]
     if names != list(INPUT_NAMES):
-        raise ParityError(f"graph inputs are {names}, expected {list(INPUT_NAMES)}")
+        raise ShapeError(f"graph inputs are {names}, expected {list(INPUT_NAMES)}")
     for node in inputs:
         if node.type != "tensor(int64)":
-            raise ParityError(f"graph input {node.name} is {node.type}, expected tensor(int64)")
+            raise ShapeError(f"graph input {node.name} is {node.type}, expected tensor(int64)")
         if len(node.shape) != 2 or any(isinstance(dim, int) for dim in node.shape):
-            raise ParityError(f"graph input {node.name} has shape {node.shape}, expected two dynamic axes")
+            raise ShapeError(f"graph input {node.name} has shape {node.shape}, expected two dynamic axes")
     outputs = [node.name for node in session.get_outputs()]
     if outputs != list(expected_outputs):
-        raise ParityError(f"graph outputs are {outputs}, expected {list(expected_outputs)}")
-
-
-def is_sequence_level(task: str, name: str) -> bool:
-    """Outputs with one row per sequence (B, ...) rather than one per token (B, T, ...)."""
-    return name == "pooler_output" or (task == "text-classification" and name == "logits")
+        raise ShapeError(f"graph outputs are {outputs}, expected {list(expected_outputs)}")
 
 
 def _real_rows(task: str, name: str, values: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
     """Token-level outputs restricted to non-padding positions: (B, T, ...) -> (real tokens, ...)."""
-    if is_sequence_level(task, name):
+    if not task_spec(task).is_token_level(name):
         return values
     return values[attention_mask.astype(bool)]
 
@@ -213,39 +208,84 @@ def _cosines(reference: np.ndarray, candidate: np.ndarray) -> np.ndarray:
 
 
 @dataclass
+class _Worst:
+    """The element furthest outside the tolerance (by |diff| / allowed), for the error message."""
+
+    ratio: float
+    batch: int
+    index: tuple[int, ...]
+    got: float
+    expected: float
+    allowed: float
+
+
+@dataclass
 class _Tally:
     max_abs_diff: float = 0.0
+    outside: int = 0
+    values: int = 0
+    worst: _Worst | None = None
     agree: int = 0
     total: int = 0
     min_cosine: float = 1.0
     min_token_cosine: float | None = None
 
+    def add_values(self, batch: int, got: np.ndarray, expected: np.ndarray, tolerance: Tolerance) -> None:
+        """Tally |got - expected| against atol + rtol * |expected| (only when an atol is set)."""
+        diff = np.abs(got - expected)
+        self.values += int(diff.size)
+        if diff.size:
+            self.max_abs_diff = max(self.max_abs_diff, float(diff.max()))
+        if tolerance.atol is None or not diff.size:
+            return
+        allowed = tolerance.atol + tolerance.rtol * np.abs(expected)
+        ratios = diff / np.maximum(allowed, np.finfo(np.float64).tiny)
+        self.outside += int((diff > allowed).sum())
+        flat = int(ratios.argmax())
+        if self.worst is None or ratios.flat[flat] > self.worst.ratio:
+            index = tuple(int(i) for i in np.unravel_index(flat, ratios.shape))
+            self.worst = _Worst(
+                float(ratios.flat[flat]), batch, index, float(got.flat[flat]), float(expected.flat[flat]),
+                float(allowed.flat[flat]),
+            )  # fmt: skip
+
+
+def _check_shapes(label: str, reference: Outputs, candidate: Outputs) -> None:
+    if list(candidate) != list(reference):
+        raise ShapeError(f"{label}: outputs {list(candidate)} differ from torch's {list(reference)}")
+    for name, expected in reference.items():
+        if candidate[name].shape != expected.shape:
+            raise ShapeError(f"{label}: output {name} has shape {candidate[name].shape}, torch gives {expected.shape}")
+
 
 def compare(
     task: str,
-    batches: Sequence[Batch],
+    batches: Sequence[InputFeeds],
     references: Sequence[Outputs],
     candidates: Sequence[Outputs],
     tolerance: Tolerance,
     label: str = "onnx",
 ) -> dict[str, Any]:
-    """Compare candidate outputs with reference outputs batch by batch; ParityError names the first failure."""
+    """Compare candidate outputs with reference outputs batch by batch.
+
+    ShapeError for differing names or shapes; ValueMismatch naming every output outside the tolerance.
+    Token-level outputs are compared at real (non-padding) positions only.
+    """
     tallies: dict[str, _Tally] = {}
-    for batch, reference, candidate in zip(batches, references, candidates, strict=True):
-        if list(candidate) != list(reference):
-            raise ParityError(f"{label}: outputs {list(candidate)} differ from torch's {list(reference)}")
+    non_finite: list[str] = []
+    for number, (batch, reference, candidate) in enumerate(zip(batches, references, candidates, strict=True)):
+        _check_shapes(label, reference, candidate)
         mask = batch["attention_mask"]
         for name, expected in reference.items():
             got = candidate[name]
-            if got.shape != expected.shape:
-                raise ParityError(f"{label}: output {name} has shape {got.shape}, torch gives {expected.shape}")
             if not np.isfinite(got).all():
-                raise ParityError(f"{label}: output {name} has non-finite values")
+                non_finite.append(f"output {name} has non-finite values")
+                continue
             tally = tallies.setdefault(name, _Tally())
             real_expected = _real_rows(task, name, expected, mask).astype(np.float64)
             real_got = _real_rows(task, name, got, mask).astype(np.float64)
-            tally.max_abs_diff = max(tally.max_abs_diff, float(np.abs(real_got - real_expected).max()))
-            if name in EMBEDDING_OUTPUTS and is_sequence_level(task, name):
+            tally.add_values(number, real_got, real_expected, tolerance)
+            if name in EMBEDDING_OUTPUTS and not task_spec(task).is_token_level(name):
                 tally.min_cosine = min(tally.min_cosine, float(_cosines(real_expected, real_got).min()))
             elif name in EMBEDDING_OUTPUTS:
                 # Judged on sentence embeddings: the per-token minimum over random-token probes is an extreme
@@ -258,6 +298,8 @@ def compare(
                 matches = _top1(task, name, got, mask) == _top1(task, name, expected, mask)
                 tally.agree += int(matches.sum())
                 tally.total += int(matches.size)
+    if non_finite:
+        raise ValueMismatch(label, sorted(set(non_finite)))
     report: dict[str, Any] = {"max_abs_diff": {}, "tolerance": tolerance.to_json()}
     for name, tally in tallies.items():
         report["max_abs_diff"][name] = tally.max_abs_diff
@@ -267,32 +309,46 @@ def compare(
             report.setdefault("min_cosine", {})[name] = tally.min_cosine
         if tally.min_token_cosine is not None:
             report.setdefault("min_token_cosine", {})[name] = tally.min_token_cosine
-    _enforce(report, tolerance, label)
+    failures = _value_failures(tallies, tolerance) + _agreement_failures(report, tolerance)
+    if failures:
+        raise ValueMismatch(label, failures)
     return report
 
 
-def _enforce(report: dict[str, Any], tolerance: Tolerance, label: str) -> None:
-    if tolerance.atol is not None:
-        for name, diff in report["max_abs_diff"].items():
-            if not diff <= tolerance.atol:
-                raise ParityError(f"{label}: output {name} differs from torch by {diff:.3g} > atol {tolerance.atol:g}")
+def _value_failures(tallies: dict[str, _Tally], tolerance: Tolerance) -> list[str]:
+    failures = []
+    for name, tally in tallies.items():
+        worst = tally.worst
+        if tally.outside and worst is not None:
+            failures.append(
+                f"output {name} differs from torch by {abs(worst.got - worst.expected):.3g} > atol {tolerance.atol:g}"
+                f" + rtol {tolerance.rtol:g} x |{worst.expected:.4g}| = {worst.allowed:.3g} (worst at probe batch "
+                f"{worst.batch}, real-position index {worst.index}: onnx {worst.got:.6g}, torch {worst.expected:.6g};"
+                f" {tally.outside} of {tally.values} values outside)"
+            )
+    return failures
+
+
+def _agreement_failures(report: dict[str, Any], tolerance: Tolerance) -> list[str]:
+    failures = []
     if tolerance.min_top1_agreement is not None:
         for name, agreement in report.get("top1_agreement", {}).items():
             if agreement < tolerance.min_top1_agreement:
-                raise ParityError(
-                    f"{label}: top-1 of {name} agrees with torch on {agreement:.1%} of the probe "
+                failures.append(
+                    f"top-1 of {name} agrees with torch on {agreement:.1%} of the probe "
                     f"(< {tolerance.min_top1_agreement:.0%})"
                 )
     if tolerance.min_cosine is not None:
         for name, cosine in report.get("min_cosine", {}).items():
             if cosine < tolerance.min_cosine:
-                raise ParityError(f"{label}: output {name} has cosine {cosine:.4f} to torch (< {tolerance.min_cosine})")
+                failures.append(f"output {name} has cosine {cosine:.4f} to torch (< {tolerance.min_cosine})")
+    return failures
 
 
 def check_parity(
     task: str,
     model_path: Path | str,
-    batches: Sequence[Batch],
+    batches: Sequence[InputFeeds],
     references: Sequence[Outputs],
     expected_outputs: Sequence[str],
     tolerance: Tolerance,
@@ -309,7 +365,7 @@ def check_parity(
 
 
 def agreement_between(
-    task: str, batches: Sequence[Batch], first: Sequence[Outputs], second: Sequence[Outputs]
+    task: str, batches: Sequence[InputFeeds], first: Sequence[Outputs], second: Sequence[Outputs]
 ) -> dict[str, dict[str, float]]:
     """Top-1 agreement / min cosine of two graphs' outputs, for the report (nothing enforced)."""
     return {
@@ -319,15 +375,15 @@ def agreement_between(
     }
 
 
-def session_runner(session: ort.InferenceSession) -> Callable[[Batch], object]:
-    def run(batch: Batch) -> object:
+def session_runner(session: ort.InferenceSession) -> Callable[[InputFeeds], object]:
+    def run(batch: InputFeeds) -> object:
         return session.run(None, {node.name: batch[node.name] for node in session.get_inputs()})
 
     return run
 
 
 def sequences_per_second(
-    run: Callable[[Batch], object], batch: Batch, min_seconds: float = 0.5, min_runs: int = 3
+    run: Callable[[InputFeeds], object], batch: InputFeeds, min_seconds: float = 0.5, min_runs: int = 3
 ) -> float:
     """Throughput of run(batch) after one warm-up call, timed over at least min_runs calls and min_seconds."""
     run(batch)

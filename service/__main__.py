@@ -1,7 +1,8 @@
 """``python -m service --models DIR [--model NAME=PATH ...]``: serve bundles over HTTP.
 
-Flags mirror the settings (``BERTSERVE_*`` environment variables); flags win. Every bundle is
-loaded before the server starts, so a bad bundle stops start-up with one line naming it.
+The flags are generated from ``Settings`` (one per field, with its description and default), so
+they are the ``BERTSERVE_*`` environment variables' twins; flags win. Every bundle is loaded before
+the server starts, so a bad bundle stops start-up with one line naming it.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import logging
 import signal
 import sys
 import threading
+import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 
 import uvicorn
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 
 from model_export.bundle import BundleError
 from service.settings import Settings
@@ -28,25 +31,53 @@ if TYPE_CHECKING:
 logger = logging.getLogger("service")
 
 
+# Flags whose spelling is not the field's name with dashes (the first is the documented one).
+FLAG_NAMES: dict[str, tuple[str, ...]] = {"models_dir": ("--models", "--models-dir"), "models": ("--model",)}
+METAVARS: dict[str, str] = {"models_dir": "DIR", "models": "NAME=PATH"}
+TYPE_METAVARS: dict[Any, str] = {int: "N", float: "NUM", Path: "PATH"}
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """One flag per ``Settings`` field (name, help, default and type come from the field), so they cannot drift.
+
+    Every flag defaults to None: only flags given override the environment and the field defaults.
+    """
     parser = argparse.ArgumentParser(prog="python -m service", description="Serve fine-tuned BERT bundles over HTTP.")
-    parser.add_argument("--models", dest="models_dir", type=Path, help="serve every bundle folder under DIR")
-    parser.add_argument("--model", dest="models", action="append", metavar="NAME=PATH", help="add one bundle")
-    parser.add_argument("--host")
-    parser.add_argument("--port", type=int)
-    parser.add_argument("--intra-op-threads", type=int)
-    parser.add_argument("--max-batch-tokens", type=int)
-    parser.add_argument("--max-batch-size", type=int)
-    parser.add_argument("--max-wait-ms", type=float)
-    parser.add_argument("--batch-overhead-tokens", type=float)
-    parser.add_argument("--max-queue", type=int)
-    parser.add_argument("--timeout-s", type=float)
-    parser.add_argument("--max-body-bytes", type=int)
-    parser.add_argument("--max-inputs-per-request", type=int)
-    parser.add_argument("--prepare-threads", type=int)
-    parser.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
-    parser.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=None)
+    for name, field in Settings.model_fields.items():
+        flags = FLAG_NAMES.get(name, ("--" + name.replace("_", "-"),))
+        kind = _flag_type(name, field.annotation)
+        options: dict[str, Any] = {"dest": name, "default": None, "help": _flag_help(name, field)}
+        if kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        elif get_origin(kind) is list:
+            (item,) = get_args(kind)
+            options.update(action="append", type=item, metavar=METAVARS.get(name, "VALUE"))
+        elif get_origin(kind) is Literal:
+            options["choices"] = list(get_args(kind))
+        else:
+            options.update(type=kind, metavar=METAVARS.get(name, TYPE_METAVARS.get(kind)))
+        parser.add_argument(*flags, **options)
     return parser
+
+
+def _flag_type(name: str, annotation: Any) -> Any:
+    """The field's type without ``| None``; only types the flags know how to parse."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        options = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(options) == 1:
+            annotation = options[0]
+    if annotation in (bool, int, float, str, Path) or get_origin(annotation) is Literal or annotation == list[str]:
+        return annotation
+    raise TypeError(f"setting {name} has type {annotation}, which no flag parses")
+
+
+def _flag_help(name: str, field: FieldInfo) -> str:
+    default = field.get_default(call_default_factory=True)
+    shown = "none" if default is None or default == [] else str(default)
+    env = f"{Settings.model_config.get('env_prefix', '')}{name}".upper()
+    repeat = " Repeat the flag for more." if get_origin(field.annotation) is list else ""
+    text = f"{field.description or ''}{repeat} (default: {shown}; env {env})".strip()
+    return text.replace("%", "%%")  # argparse %-formats help strings
 
 
 def settings_from_args(argv: list[str] | None = None) -> Settings:

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api import ROUTERS
 from service.engine import Engine
-from service.errors import ServiceError, error_body, http_error_type
+from service.errors import InvalidRequest, ServiceError, error_body, http_error_type
 from service.metrics import ServiceMetrics
 from service.middleware import BodyLimitMiddleware, MetricsMiddleware
 from service.registry import ModelRegistry, load_engines
@@ -37,9 +37,13 @@ Every error has the body `{"error": {"type", "message"}}`.
 """
 
 
+def _error_response(error: ServiceError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers())
+
+
 def _service_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
-    return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
+    return _error_response(exc)
 
 
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -48,10 +52,11 @@ def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     for error in exc.errors()[:5]:
         where = ".".join(str(part) for part in error.get("loc", ()))
         problems.append(f"{where}: {error.get('msg', 'invalid')}")
-    return JSONResponse(error_body("validation_error", "; ".join(problems) or "invalid request"), status_code=422)
+    return _error_response(InvalidRequest("; ".join(problems) or "invalid request"))
 
 
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Routing and framework errors: the status is Starlette's, the body's type the one errors.py gives it."""
     assert isinstance(exc, StarletteHTTPException)
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
     return JSONResponse(
@@ -61,7 +66,7 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return JSONResponse(error_body("internal_error", f"internal error: {type(exc).__name__}"), status_code=500)
+    return _error_response(ServiceError(f"internal error: {type(exc).__name__}"))
 
 
 def create_app(settings: Settings | None = None, engines: Mapping[str, Engine] | None = None) -> FastAPI:

@@ -20,19 +20,34 @@ from typing import Any
 import numpy as np
 
 from service.errors import NotReady, Overloaded, PayloadTooLarge, RequestTimeout, ServiceError
-from service.tasks.base import Sequence
+from service.settings import Settings
+from service.tasks.base import ModelRow
 
 RowOutputs = dict[str, np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)
 class BatchPolicy:
-    max_batch_tokens: int = 8192  # padded: rows x longest row
-    max_batch_size: int = 32
-    max_wait_s: float = 0.002
-    max_queue: int = 1024  # rows
-    lookahead: int = 128  # queued rows considered when grouping similar lengths
-    overhead_tokens: float = math.inf  # cost of one model call in tokens (see choose_rows); inf: fill batches
+    """The batcher's limits. No defaults of its own: ``from_settings`` takes them from ``Settings``."""
+
+    max_batch_tokens: int  # padded: rows x longest row
+    max_batch_size: int
+    max_wait_s: float
+    max_queue: int  # rows
+    lookahead: int  # queued rows considered when grouping similar lengths
+    overhead_tokens: float  # cost of one model call in tokens (see choose_rows); inf: fill batches
+
+    @classmethod
+    def from_settings(cls, settings: Settings, max_batch_tokens: int | None = None) -> BatchPolicy:
+        """The policy ``settings`` ask for; ``max_batch_tokens`` replaces theirs (an engine may need fewer)."""
+        return cls(
+            max_batch_tokens=settings.max_batch_tokens if max_batch_tokens is None else max_batch_tokens,
+            max_batch_size=settings.max_batch_size,
+            max_wait_s=settings.max_wait_ms / 1000.0,
+            max_queue=settings.max_queue,
+            lookahead=max(4 * settings.max_batch_size, 64),
+            overhead_tokens=settings.batch_overhead_tokens,
+        )
 
 
 @dataclass(slots=True, eq=False)
@@ -56,13 +71,13 @@ class PendingRequest:
 class WorkItem:
     request: PendingRequest
     index: int  # position among the request's rows
-    sequence: Sequence
+    sequence: ModelRow
     length: int
     enqueued_at: float
 
 
 @dataclass(slots=True)
-class Batch:
+class WorkBatch:
     items: list[WorkItem]  # sorted by length, shortest first
     formed_at: float = field(default_factory=time.perf_counter)
 
@@ -79,7 +94,7 @@ class Batch:
         return sum(item.length for item in self.items)
 
     @property
-    def sequences(self) -> list[Sequence]:
+    def sequences(self) -> list[ModelRow]:
         return [item.sequence for item in self.items]
 
 
@@ -162,7 +177,7 @@ class Batcher:
     def closed(self) -> bool:
         return self._closed
 
-    def submit(self, sequences: list[Sequence], timeout_s: float | None = None) -> PendingRequest:
+    def submit(self, sequences: list[ModelRow], timeout_s: float | None = None) -> PendingRequest:
         """Queue one request's rows (on the event loop); raise Overloaded when the queue is full."""
         loop = asyncio.get_running_loop()
         request = PendingRequest(loop, loop.create_future(), [None] * len(sequences), len(sequences))
@@ -192,7 +207,7 @@ class Batcher:
             request.timer = loop.call_later(timeout_s, _expire, request, timeout_s)
         return request
 
-    async def run(self, sequences: list[Sequence], timeout_s: float | None = None) -> list[RowOutputs]:
+    async def run(self, sequences: list[ModelRow], timeout_s: float | None = None) -> list[RowOutputs]:
         """Submit rows and wait for their outputs; a cancelled caller's rows never reach the model."""
         request = self.submit(sequences, timeout_s)
         try:
@@ -203,7 +218,7 @@ class Batcher:
                 request.timer.cancel()
             raise
 
-    def next_batch(self) -> Batch | None:
+    def next_batch(self) -> WorkBatch | None:
         """Block until a batch is due (worker thread). None once closed and drained."""
         max_wait = self.policy.max_wait_s
         with self._cond:
@@ -221,7 +236,7 @@ class Batcher:
                 if batch is not None:
                     return batch
 
-    def complete(self, batch: Batch, rows: list[RowOutputs], elapsed_s: float) -> None:
+    def complete(self, batch: WorkBatch, rows: list[RowOutputs], elapsed_s: float) -> None:
         """Hand each row's outputs to its request; resolve requests whose rows are all done."""
         finished: dict[asyncio.AbstractEventLoop, list[PendingRequest]] = {}
         for item, row in zip(batch.items, rows, strict=True):
@@ -238,7 +253,7 @@ class Batcher:
             rate = len(batch.items) / elapsed_s
             self._rows_per_s = rate if self._rows_per_s == 0 else 0.8 * self._rows_per_s + 0.2 * rate
 
-    def fail(self, batch: Batch, error: ServiceError) -> None:
+    def fail(self, batch: WorkBatch, error: ServiceError) -> None:
         """Fail every live request with a row in ``batch``; their other queued rows get dropped."""
         failed: dict[asyncio.AbstractEventLoop, list[PendingRequest]] = {}
         for item in batch.items:
@@ -254,7 +269,7 @@ class Batcher:
         with self._cond:
             self._closed = True
             if not drain and self._queue:
-                self.fail(Batch(self._queue), error or NotReady(f"model {self.name} stopped"))
+                self.fail(WorkBatch(self._queue), error or NotReady(f"model {self.name} stopped"))
                 self._queue = []
             self._cond.notify_all()
 
@@ -285,7 +300,7 @@ class Batcher:
             return 1
         return max(1, math.ceil((len(self._queue) + rows) / self._rows_per_s))
 
-    def _take_batch_locked(self) -> Batch | None:
+    def _take_batch_locked(self) -> WorkBatch | None:
         queue = self._queue
         candidates: list[WorkItem] = []
         position = 0
@@ -308,4 +323,4 @@ class Batcher:
         chosen_set = set(chosen)
         leftovers = [item for k, item in enumerate(candidates) if k not in chosen_set]
         self._queue = leftovers + queue[position:]
-        return Batch([candidates[k] for k in chosen])
+        return WorkBatch([candidates[k] for k in chosen])

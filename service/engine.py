@@ -20,11 +20,12 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from model_export.bundle import Bundle, BundleError, read_bundle
+from model_export.tasks import task_spec
 from service.batcher import Batcher, BatchPolicy
 from service.errors import BadRequest, NotReady, RequestTimeout
-from service.runtime import TOKEN_LEVEL_OUTPUTS, BatchObserver, ModelRunner, OrtRunner, Worker
+from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
 from service.settings import Settings
-from service.tasks.base import InputError, ModelContext, Prepared, Sequence, TaskHandler
+from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ def load_context(bundle: Bundle) -> ModelContext:
         cls_token_id=token_id(special.cls_token),
         sep_token_id=token_id(special.sep_token),
         pad_token_id=token_id(special.pad_token),
+        clean_up_tokenization_spaces=spec.clean_up_tokenization_spaces,
     )
 
 
@@ -91,19 +93,21 @@ def input_chars(inputs: list[Any]) -> int:
 MAX_TOKEN_OUTPUT_BYTES = 256 << 20
 
 
+def token_output_width(runner: ModelRunner, token_level: frozenset[str]) -> int:
+    """Floats per token of the widest per-token output, from the graph's declared shapes (0 when unknown)."""
+    widths = [0]
+    for name, shape in getattr(runner, "output_shapes", {}).items():
+        if name in token_level:
+            widths.append(int(np.prod([dim for dim in shape[2:] if isinstance(dim, int)] or [1])))
+    return max(widths)
+
+
 def batch_policy(settings: Settings, floats_per_token: int = 0) -> BatchPolicy:
     """The batcher's limits; ``floats_per_token`` (the widest token-level output) caps the token budget."""
     max_tokens = settings.max_batch_tokens
     if floats_per_token > 0:
         max_tokens = max(1, min(max_tokens, MAX_TOKEN_OUTPUT_BYTES // (4 * floats_per_token)))
-    return BatchPolicy(
-        max_batch_tokens=max_tokens,
-        max_batch_size=settings.max_batch_size,
-        max_wait_s=settings.max_wait_ms / 1000.0,
-        max_queue=settings.max_queue,
-        lookahead=max(4 * settings.max_batch_size, 64),
-        overhead_tokens=settings.batch_overhead_tokens,
-    )
+    return BatchPolicy.from_settings(settings, max_batch_tokens=max_tokens)
 
 
 class Engine:
@@ -123,11 +127,9 @@ class Engine:
         self.handler = handler
         self.context = context
         self.settings = settings
-        wide = context.tokenizer.get_vocab_size() if bundle.spec.task == "fill-mask" else 0
-        self.batcher = Batcher(batch_policy(settings, wide), name)
-        self.worker = Worker(
-            name, self.batcher, runner, context.pad_token_id, TOKEN_LEVEL_OUTPUTS[bundle.spec.task], observer
-        )
+        token_level = task_spec(bundle.spec.task).token_level
+        self.batcher = Batcher(batch_policy(settings, token_output_width(runner, token_level)), name)
+        self.worker = Worker(name, self.batcher, runner, context.pad_token_id, token_level, observer)
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix=f"prepare-{name}")
         self._started = False
@@ -149,16 +151,13 @@ class Engine:
         bundle = read_bundle(path)
         if handler is None:
             from service.tasks import HANDLERS
-            from service.tasks.fill_mask import FillMaskHandler
 
             if bundle.spec.task not in HANDLERS:
                 raise BundleError(bundle.path, f"the service does not serve task {bundle.spec.task!r}")
             handler = HANDLERS[bundle.spec.task]
-            if bundle.spec.task == "fill-mask":
-                handler = FillMaskHandler(bundle.spec.clean_up_tokenization_spaces)
         context = load_context(bundle)
         try:
-            runner = OrtRunner(bundle.model_path, tuple(handler.output_names), settings.intra_op_threads)
+            runner = OrtRunner(bundle.model_path, task_spec(bundle.spec.task).outputs, settings.intra_op_threads)
         except Exception as exc:
             raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
         return cls(name or bundle.path.name, bundle, handler, context, runner, settings, executor, observer)
@@ -192,7 +191,7 @@ class Engine:
             started = time.perf_counter()
             ctx = self.context
             ids = np.array([ctx.cls_token_id] + [ctx.mask_token_id] * 6 + [ctx.sep_token_id], dtype=np.int64)
-            await self.batcher.run([Sequence(ids, np.zeros_like(ids))], self.settings.timeout_s)
+            await self.batcher.run([ModelRow(ids, np.zeros_like(ids))], self.settings.timeout_s)
             self._warmed_up = True
             logger.info("model %s (%s) warmed up in %.3f s", self.name, self.task, time.perf_counter() - started)
 
@@ -240,7 +239,7 @@ class Engine:
         if self._own_executor:
             self._executor.shutdown(wait=False)
 
-    def _check_lengths(self, sequences: list[Sequence]) -> None:
+    def _check_lengths(self, sequences: list[ModelRow]) -> None:
         limit = self.context.max_length
         for seq in sequences:
             if not 0 < len(seq) <= limit:

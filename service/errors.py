@@ -1,7 +1,9 @@
-"""The service's closed error hierarchy and its one mapping to HTTP status codes.
+"""The service's closed error hierarchy: the one mapping from errors to HTTP status codes.
 
-Every error response has the body ``{"error": {"type": ..., "message": ...}}``; ``type`` is the
-class's ``error_type``. Engines raise these without knowing about HTTP; ``app.py`` maps them.
+Every error response has the body ``{"error": {"type": ..., "message": ...}}``. Each class names its
+``status_code``, its ``error_type`` and a ``description`` (the OpenAPI docs of the routes that raise
+it); everything else (the app's handlers, the middlewares, ``HTTP_ERROR_TYPES``, the documented
+``responses``) is derived from these classes. Engines raise them without knowing about HTTP.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from typing import Any, ClassVar
 
 
 class ServiceError(Exception):
-    """Base of every error the service reports to a client."""
+    """Base of every error the service reports to a client; raised as itself, an unexpected failure."""
 
     status_code: ClassVar[int] = 500
     error_type: ClassVar[str] = "internal_error"
+    description: ClassVar[str] = "Unexpected server error."
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -29,16 +32,47 @@ class ServiceError(Exception):
 class BadRequest(ServiceError):
     status_code = 400
     error_type = "bad_request"
+    description = "Bad input, bad parameters, or an ambiguous or wrong-task model."
+
+
+class NotFound(ServiceError):
+    """No route at this path (raised by the router, not by the service)."""
+
+    status_code = 404
+    error_type = "not_found"
+    description = "No such path."
 
 
 class ModelNotFound(ServiceError):
     status_code = 404
     error_type = "model_not_found"
+    description = "No model by that name."
+
+
+class MethodNotAllowed(ServiceError):
+    status_code = 405
+    error_type = "method_not_allowed"
+    description = "The path does not take this method."
 
 
 class PayloadTooLarge(ServiceError):
     status_code = 413
     error_type = "payload_too_large"
+    description = "Body larger than max_body_bytes, or more inputs than max_inputs_per_request."
+
+
+class UnsupportedMediaType(ServiceError):
+    status_code = 415
+    error_type = "unsupported_media_type"
+    description = "The body is not in a media type the route takes."
+
+
+class InvalidRequest(ServiceError):
+    """The request does not match its schema (FastAPI's validation)."""
+
+    status_code = 422
+    error_type = "validation_error"
+    description = "The body does not match the request schema."
 
 
 class Overloaded(ServiceError):
@@ -46,6 +80,7 @@ class Overloaded(ServiceError):
 
     status_code = 429
     error_type = "overloaded"
+    description = "The model's queue is full; retry after the Retry-After header's seconds."
 
     def __init__(self, message: str, retry_after_s: int = 1) -> None:
         super().__init__(message)
@@ -55,46 +90,63 @@ class Overloaded(ServiceError):
         return {"Retry-After": str(self.retry_after_s)}
 
 
-class NotReady(ServiceError):
-    status_code = 503
-    error_type = "not_ready"
+class ClientClosedRequest(ServiceError):
+    """The client went away before its answer was ready (nginx's 499); nobody reads this response."""
 
-
-class RequestTimeout(ServiceError):
-    status_code = 504
-    error_type = "timeout"
+    status_code = 499
+    error_type = "client_closed_request"
+    description = "The client went away before the answer was ready."
 
 
 class InferenceError(ServiceError):
     status_code = 500
     error_type = "inference_error"
+    description = "Inference failed."
+
+
+class NotReady(ServiceError):
+    status_code = 503
+    error_type = "not_ready"
+    description = "Not ready: a model is still loading or warming up, or the service is shutting down."
+
+
+class RequestTimeout(ServiceError):
+    status_code = 504
+    error_type = "timeout"
+    description = "The request did not finish within the timeout."
 
 
 def error_body(error_type: str, message: str) -> dict[str, Any]:
     return {"error": {"type": error_type, "message": message}}
 
 
-# Status codes that do not come from a ServiceError (FastAPI validation, routing) get these types.
-HTTP_ERROR_TYPES: dict[int, str] = {
-    400: "bad_request",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "validation_error",
-    429: "overloaded",
-    500: "internal_error",
-    503: "not_ready",
-    504: "timeout",
-}
+# The class that stands for each status code when the status did not come from a ServiceError
+# (FastAPI validation, routing, Starlette's HTTPException): its error_type goes in the body.
+GENERIC_ERRORS: tuple[type[ServiceError], ...] = (
+    BadRequest,
+    NotFound,
+    MethodNotAllowed,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    InvalidRequest,
+    Overloaded,
+    ServiceError,
+    NotReady,
+    RequestTimeout,
+)
+HTTP_ERROR_TYPES: dict[int, str] = {error.status_code: error.error_type for error in GENERIC_ERRORS}
+assert len(HTTP_ERROR_TYPES) == len(GENERIC_ERRORS), "one generic error per status code"
 
 
 def http_error_type(status_code: int) -> str:
+    """The ``error_type`` for a status code that did not come from a ServiceError."""
     return HTTP_ERROR_TYPES.get(status_code, "client_error" if status_code < 500 else "server_error")
 
 
-class ClientClosedRequest(ServiceError):
-    """The client went away before its answer was ready (nginx's 499); nobody reads this response."""
-
-    status_code = 499
-    error_type = "client_closed_request"
+def documented_statuses(*errors: type[ServiceError]) -> dict[int, str]:
+    """Status code -> description, for the OpenAPI ``responses`` of a route that may answer ``errors``."""
+    statuses: dict[int, str] = {}
+    for error in errors:
+        known = statuses.get(error.status_code)
+        statuses[error.status_code] = error.description if known is None else f"{known} Or: {error.description}"
+    return dict(sorted(statuses.items()))

@@ -7,15 +7,16 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import PayloadTooLarge
+from service.errors import PayloadTooLarge, ServiceError
 from service.metrics import ServiceMetrics
 
 
-async def send_error(send: Send, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
-    content = json.dumps(body).encode()
+async def send_error(send: Send, error: ServiceError) -> None:
+    """Answer with ``error`` (its status, body and headers) before the app is reached."""
+    content = json.dumps(error.body()).encode()
     raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
-    raw_headers += [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    raw_headers += [(name.lower().encode(), value.encode()) for name, value in error.headers().items()]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": raw_headers})
     await send({"type": "http.response.body", "body": content})
 
 
@@ -31,7 +32,7 @@ class MetricsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        status = 500
+        status = ServiceError.status_code  # what the server answers if the app raises before responding
         started = time.perf_counter()
 
         async def send_with_status(message: Message) -> None:
@@ -99,5 +100,4 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
     async def _reject(self, send: Send) -> None:
-        error = PayloadTooLarge(f"request body is larger than {self.max_body_bytes} bytes")
-        await send_error(send, error.status_code, error.body(), error.headers())
+        await send_error(send, PayloadTooLarge(f"request body is larger than {self.max_body_bytes} bytes"))

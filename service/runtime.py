@@ -16,49 +16,11 @@ from typing import Protocol
 
 import numpy as np
 
-from service.batcher import Batch, Batcher, RowOutputs
+from model_export.onnx_io import PaddedRows, ort_session, pad_token_rows
+from service.batcher import Batcher, RowOutputs, WorkBatch
 from service.errors import InferenceError, NotReady
-from service.tasks.base import Sequence
 
 logger = logging.getLogger(__name__)
-
-# Outputs with one row per token, (B, T, ...); the others are one row per sequence, (B, ...).
-TOKEN_LEVEL_OUTPUTS: dict[str, frozenset[str]] = {
-    "text-classification": frozenset(),
-    "token-classification": frozenset({"logits"}),
-    "fill-mask": frozenset({"logits"}),
-    "question-answering": frozenset({"start_logits", "end_logits"}),
-    "feature-extraction": frozenset({"last_hidden_state"}),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class PaddedBatch:
-    input_ids: np.ndarray  # (B, T) int64
-    attention_mask: np.ndarray  # (B, T) int64
-    token_type_ids: np.ndarray  # (B, T) int64
-    lengths: list[int]
-
-    def feeds(self) -> dict[str, np.ndarray]:
-        return {
-            "input_ids": self.input_ids,
-            "attention_mask": self.attention_mask,
-            "token_type_ids": self.token_type_ids,
-        }
-
-
-def pad_rows(sequences: list[Sequence], pad_token_id: int) -> PaddedBatch:
-    lengths = [len(seq) for seq in sequences]
-    longest = max(lengths)
-    input_ids = np.full((len(sequences), longest), pad_token_id, dtype=np.int64)
-    token_type_ids = np.zeros((len(sequences), longest), dtype=np.int64)
-    attention_mask = np.zeros((len(sequences), longest), dtype=np.int64)
-    for row, (seq, length) in enumerate(zip(sequences, lengths, strict=True)):
-        input_ids[row, :length] = seq.input_ids
-        token_type_ids[row, :length] = seq.token_type_ids
-        attention_mask[row, :length] = 1
-    return PaddedBatch(input_ids, attention_mask, token_type_ids, lengths)
-
 
 def split_rows(outputs: dict[str, np.ndarray], lengths: list[int], token_level: frozenset[str]) -> list[RowOutputs]:
     """Per-row views: token-level outputs (B, T, ...) cut to (len, ...), the others (B, ...) -> (...)."""
@@ -73,7 +35,7 @@ def split_rows(outputs: dict[str, np.ndarray], lengths: list[int], token_level: 
 class ModelRunner(Protocol):
     output_names: tuple[str, ...]
 
-    def run(self, batch: PaddedBatch) -> dict[str, np.ndarray]: ...
+    def run(self, batch: PaddedRows) -> dict[str, np.ndarray]: ...
 
 
 class OrtRunner:
@@ -82,25 +44,17 @@ class OrtRunner:
     def __init__(
         self, model_path: Path, output_names: tuple[str, ...], intra_op_threads: int, spin: bool = False
     ) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = intra_op_threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        if not spin:
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        self.session = ort_session(model_path, threads=intra_op_threads, spin=spin)
         found = {out.name for out in self.session.get_outputs()}
         missing = [name for name in output_names if name not in found]
         if missing:
             raise ValueError(f"model.onnx lacks outputs {missing} (has {sorted(found)})")
         self.output_names = output_names
+        self.output_shapes = {node.name: list(node.shape) for node in self.session.get_outputs()}
         self._input_names = [inp.name for inp in self.session.get_inputs()]
 
-    def run(self, batch: PaddedBatch) -> dict[str, np.ndarray]:
-        feeds = batch.feeds()
+    def run(self, batch: PaddedRows) -> dict[str, np.ndarray]:
+        feeds = batch.feeds
         arrays = self.session.run(list(self.output_names), {name: feeds[name] for name in self._input_names})
         return dict(zip(self.output_names, arrays, strict=True))
 
@@ -153,7 +107,7 @@ class Worker:
         self._thread.join(timeout)
 
     def _serve(self) -> None:
-        batch: Batch | None = None
+        batch: WorkBatch | None = None
         try:
             while (batch := self.batcher.next_batch()) is not None:
                 self._run_batch(batch)
@@ -165,12 +119,12 @@ class Worker:
             if batch is not None:
                 self.batcher.fail(batch, error)
 
-    def _run_batch(self, batch: Batch) -> None:
+    def _run_batch(self, batch: WorkBatch) -> None:
         started = time.perf_counter()
         queue_seconds = [batch.formed_at - item.enqueued_at for item in batch.items]
         failed = False
         try:
-            padded = pad_rows(batch.sequences, self.pad_token_id)
+            padded = pad_token_rows(batch.sequences, self.pad_token_id)
             outputs = self.runner.run(padded)
             rows = split_rows(outputs, padded.lengths, self.token_level)
         except Exception as exc:

@@ -23,17 +23,21 @@ def default_intra_op_threads() -> int:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BERTSERVE_", extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=0, le=65535)
+    host: str = Field(default="127.0.0.1", description="Address to listen on (0.0.0.0: every interface).")
+    port: int = Field(default=8000, ge=0, le=65535, description="TCP port to listen on.")
     models_dir: Path | None = Field(
         default=None, description="Serve every bundle folder under this folder, by folder name."
     )
     models: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Extra models as NAME=PATH (env: comma-separated)."
     )
-    intra_op_threads: int = Field(default_factory=default_intra_op_threads, ge=1)
+    intra_op_threads: int = Field(
+        default_factory=default_intra_op_threads,
+        ge=1,
+        description="ONNX Runtime threads per model call; the default is min(2, CPU count).",
+    )
     max_batch_tokens: int = Field(default=8192, ge=1, description="Padded tokens per batch (batch size x longest row).")
-    max_batch_size: int = Field(default=32, ge=1)
+    max_batch_size: int = Field(default=32, ge=1, description="Rows per batch at most.")
     batch_overhead_tokens: float = Field(
         default=32.0,
         ge=0,
@@ -41,13 +45,13 @@ class Settings(BaseSettings):
         "extra row brings costs more than the call it saves (lower: less padding, more calls).",
     )
     # 0 by default: the worker takes whatever queued while it was busy (continuous batching). Measured on 2 cores
-    # (tests/benchmarks/README.md): 2 ms cost a lone request 4 ms of p50 and a third of its throughput, and
+    # (benchmarks/README.md): 2 ms cost a lone request 4 ms of p50 and a third of its throughput, and
     # bought nothing at concurrency 32/128.
     max_wait_ms: float = Field(default=0.0, ge=0, description="How long a lone row waits for others to fill a batch.")
     max_queue: int = Field(default=1024, ge=1, description="Rows waiting per model before requests get 429.")
     timeout_s: float = Field(default=30.0, gt=0, description="Per-request deadline (504 after it).")
-    max_body_bytes: int = Field(default=1 << 20, ge=1)
-    max_inputs_per_request: int = Field(default=64, ge=1)
+    max_body_bytes: int = Field(default=1 << 20, ge=1, description="Largest request body (413 above it).")
+    max_inputs_per_request: int = Field(default=64, ge=1, description="Most inputs in one request (413 above it).")
     prepare_threads: int = Field(default=2, ge=1, description="Threads that tokenize requests off the event loop.")
     prepare_inline_chars: int = Field(
         default=1024,
@@ -55,7 +59,7 @@ class Settings(BaseSettings):
         description="Requests with at most this many characters of text are tokenized on the event loop: "
         "for short texts a thread hop costs more than the tokenization.",
     )
-    log_level: LogLevel = "info"
+    log_level: LogLevel = Field(default="info", description="Log level of the service and uvicorn.")
     access_log: bool = Field(default=False, description="Log one line per request (costs time per request).")
 
     @field_validator("models", mode="before")

@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from torch import nn
 
+from model_export.files import read_json
 from training.model import ARCHITECTURES, BertConfig, BertPreTrainedModule
 from training.tokenizer import save_tokenizer
 
@@ -48,12 +49,7 @@ def load_config(folder: str | Path) -> BertConfig:
         raise CheckpointError(f"{folder}: not a directory")
     if not config_file.is_file():
         raise CheckpointError(f"{folder}: no config.json, so not a Hugging Face checkpoint folder")
-    try:
-        values = json.loads(config_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{config_file}: not valid JSON ({error})") from error
-    if not isinstance(values, dict):
-        raise CheckpointError(f"{config_file}: expected a JSON object")
+    values = read_json(config_file, error=CheckpointError)
     if values.get("model_type") != "bert":
         raise CheckpointError(f"{folder}: model_type is {values.get('model_type')!r}, only 'bert' is supported")
     position_embedding_type = values.get("position_embedding_type", "absolute")
@@ -75,7 +71,7 @@ def _read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
         if safetensors_file.is_file():
             return load_file(str(safetensors_file))
         if index_file.is_file():
-            shards = sorted(set(json.loads(index_file.read_text(encoding="utf-8"))["weight_map"].values()))
+            shards = sorted(set(read_json(index_file, error=CheckpointError)["weight_map"].values()))
             state: dict[str, torch.Tensor] = {}
             for shard in shards:
                 state.update(load_file(str(folder / shard)))

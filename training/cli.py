@@ -9,10 +9,12 @@ import os
 import sys
 from pathlib import Path
 
+from model_export.tasks import FINETUNE_TASKS, task_spec
 from training.checkpoint import CheckpointError
 from training.data import DataError
 from training.train import TrainingArguments, setup_runtime, teardown_runtime
 
+QA_DEFAULTS = task_spec("question-answering").pipeline_defaults
 DESCRIPTION = """\
 Train BERT models and write Hugging Face-format checkpoint folders (config.json, model.safetensors,
 tokenizer files) that model_export turns into serving bundles. Runs on CPU or GPU (chosen automatically);
@@ -107,8 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         '                        JSONL {"tokens": [...], "tags": [...]}; the first sub-token of a word is labelled\n'
         "  fill-mask             plain text, one passage per line (continued MLM training)",
     )
-    finetune.add_argument("--task", required=True, choices=["text-classification", "question-answering",
-                          "token-classification", "fill-mask"])  # fmt: skip
+    finetune.add_argument("--task", required=True, choices=FINETUNE_TASKS)
     finetune.add_argument("--base", type=Path, required=True, help="BERT checkpoint folder to start from")
     finetune.add_argument("--train", type=Path, required=True, help="training data file")
     finetune.add_argument("--eval", type=Path, help="evaluation data file (evaluated after every epoch)")
@@ -130,7 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="tokens shared by neighbouring context windows (default: a third of --max-length, 128 at 384)",
     )  # fmt: skip
     qa.add_argument("--max-query-length", type=int, default=64)
-    qa.add_argument("--max-answer-length", type=int, default=30, help="longest answer span in tokens")
+    qa.add_argument(
+        "--max-answer-length", type=int, default=QA_DEFAULTS["max_answer_len"],
+        help="longest answer span in tokens, when evaluating (the question-answering pipeline's default)",
+    )  # fmt: skip
     qa.add_argument("--articles", help="SQuAD article range of --train, e.g. 0:16")
     qa.add_argument("--eval-articles", help="SQuAD article range of --eval, e.g. 16:")
     _add_training_arguments(finetune, TrainingArguments(learning_rate=5e-5, batch_size=32))

@@ -17,7 +17,11 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from model_export.onnx_io import pad_rows
+
 IGNORE_INDEX = -100
+# What collate pads per-token keys other than input_ids / token_type_ids with (others: 0).
+PAD_VALUES = {"labels": IGNORE_INDEX, "special_tokens_mask": 1}
 
 TEXT_COLUMN_CANDIDATES = ("sentence", "text", "sentence1", "question1", "premise", "question", "content")
 PAIR_COLUMN_CANDIDATES = ("sentence2", "text_pair", "question2", "hypothesis")
@@ -249,19 +253,29 @@ def encode_text_lines(lines: Sequence[str], tokenizer: Tokenizer, max_length: in
     ]
 
 
-def collate(features: Sequence[Feature], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
-    """Pad per-token keys to the longest feature in the batch; one-value keys (a class label) become a vector."""
-    longest = max(len(f["input_ids"]) for f in features)
-    pad_values = {"input_ids": pad_token_id, "labels": IGNORE_INDEX, "special_tokens_mask": 1}
+def collate(features: Sequence[Feature], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Pad per-token keys to the longest feature in the batch; one-value keys (a class label) become a vector.
+
+    input_ids (padded with ``pad_token_id``, the tokenizer's pad token), token_type_ids and attention_mask are
+    padded by ``model_export.onnx_io.pad_rows``, as the exported graph and the service are fed; other per-token keys
+    are padded with their own value (labels -100, special_tokens_mask 1, else 0). Every tensor is int64.
+    """
+    if not features:
+        raise ValueError("collate needs at least one feature")
+    padded = pad_rows(
+        [(f["input_ids"], f.get("token_type_ids", [0] * len(f["input_ids"]))) for f in features], pad_token_id
+    )
+    longest = padded.input_ids.shape[1]
     batch: dict[str, torch.Tensor] = {}
     for key in features[0]:
-        if all(len(f[key]) == len(f["input_ids"]) for f in features):
-            pad = pad_values.get(key, 0)
+        if key in ("input_ids", "token_type_ids"):
+            batch[key] = torch.from_numpy(padded.feeds[key])
+        elif all(len(f[key]) == len(f["input_ids"]) for f in features):
+            pad = PAD_VALUES.get(key, 0)
             batch[key] = torch.tensor([f[key] + [pad] * (longest - len(f[key])) for f in features], dtype=torch.long)
         elif all(len(f[key]) == 1 for f in features):
             batch[key] = torch.tensor([f[key][0] for f in features], dtype=torch.long)
         else:
             raise ValueError(f"feature key {key!r} is neither per-token nor a single value")
-    lengths = torch.tensor([len(f["input_ids"]) for f in features])
-    batch["attention_mask"] = (torch.arange(longest)[None, :] < lengths[:, None]).long()
+    batch["attention_mask"] = torch.from_numpy(padded.attention_mask)
     return batch

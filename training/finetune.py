@@ -10,6 +10,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,9 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
+from model_export.tasks import task_spec
 from training.checkpoint import CheckpointError, load_config, load_model, save_model
 from training.data import (
-    IGNORE_INDEX,
     DataError,
     Feature,
     check_labels,
@@ -32,23 +33,15 @@ from training.data import (
     read_tagged_sentences,
     read_text_lines,
 )
+from training.evaluation import AnswerEvaluation, Predict, WordLabelEvaluation
 from training.metrics import MlmAccumulator, classification_metrics, entity_metrics, squad_metrics
-from training.model import TASK_ARCHITECTURES
 from training.pretrain import masked_lm_training_loss
 from training.pretrain_data import MlmCollator
-from training.squad import decode_answers, parse_article_range, read_squad, window_examples
-from training.tokenizer import load_tokenizer
-from training.train import Batch, LossFunction, Runtime, TrainingArguments, default_loss, set_seed, train
+from training.squad import parse_article_range, read_squad, window_examples
+from training.tokenizer import load_tokenizer, pad_token_id_of
+from training.train import LossFunction, Runtime, TensorBatch, TrainingArguments, default_loss, set_seed, train
 
 logger = logging.getLogger(__name__)
-
-TASKS = ("text-classification", "question-answering", "token-classification", "fill-mask")
-PRIMARY_METRIC = {
-    "text-classification": "accuracy",
-    "question-answering": "f1",
-    "token-classification": "f1",
-    "fill-mask": "mlm_top1_accuracy",
-}
 
 
 @dataclass
@@ -68,7 +61,7 @@ class FinetuneOptions:
     labels: list[str] | None = None
     doc_stride: int = 128
     max_query_length: int = 64
-    max_answer_length: int = 30
+    max_answer_length: int = int(task_spec("question-answering").pipeline_defaults["max_answer_len"])
     articles: str | None = None
     eval_articles: str | None = None
     training: TrainingArguments = field(default_factory=TrainingArguments)
@@ -77,37 +70,54 @@ class FinetuneOptions:
 @dataclass
 class TaskData:
     train_features: list[Feature]
-    collate_fn: Callable[[Sequence[Feature]], Batch]
+    collate_fn: Callable[[Sequence[Feature]], TensorBatch]
     evaluate: Callable[[nn.Module], dict[str, float]] | None
     config_overrides: dict[str, Any]
     loss_fn: LossFunction = default_loss
 
 
+@dataclass(frozen=True)
+class TaskContext:
+    """What every task builder gets besides the options: the base checkpoint's tokenizer and where to evaluate."""
+
+    tokenizer: Tokenizer
+    pad_token_id: int  # the tokenizer's pad token: what collate pads input_ids with
+    device: torch.device
+
+
 def _predict(
-    model: nn.Module, features: Sequence[Feature], batch_size: int, device: torch.device
+    model: nn.Module, task: str, features: Sequence[Feature], batch_size: int, context: TaskContext
 ) -> list[dict[str, torch.Tensor]]:
-    """Per-feature outputs (per-token outputs cut to the feature's length), in the order of `features`.
+    """Per-feature outputs (the task's per-token outputs cut to the feature's length), in the order of `features`.
 
     Batches are formed from length-sorted features so little padding is computed.
     """
+    spec = task_spec(task)
     model.eval()
     order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
     results: list[dict[str, torch.Tensor]] = [{} for _ in features]
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
             indices = order[start : start + batch_size]
-            batch = collate([features[i] for i in indices])
-            inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
+            batch = collate([features[i] for i in indices], context.pad_token_id)
+            inputs = {k: batch[k].to(context.device) for k in ("input_ids", "attention_mask", "token_type_ids")}
             outputs = {key: value.float().cpu() for key, value in model(**inputs).items()}
             for row, index in enumerate(indices):
                 length = len(features[index]["input_ids"])
                 for key, value in outputs.items():
-                    per_token = value.dim() == 3 or key in ("start_logits", "end_logits")
-                    results[index][key] = value[row, :length] if per_token else value[row]
+                    results[index][key] = value[row, :length] if spec.is_token_level(key) else value[row]
     return results
 
 
-def _classification(options: FinetuneOptions, tokenizer: Tokenizer, device: torch.device) -> TaskData:
+def _predictor(options: FinetuneOptions, context: TaskContext) -> Predict:
+    def predict(model: nn.Module, features: Sequence[Feature]) -> list[dict[str, torch.Tensor]]:
+        return _predict(model, options.task, features, options.training.eval_batch_size, context)
+
+    return predict
+
+
+def _classification(options: FinetuneOptions, context: TaskContext) -> TaskData:
+    tokenizer = context.tokenizer
     columns = {
         "text_column": options.text_column,
         "text_pair_column": options.text_pair_column,
@@ -125,7 +135,7 @@ def _classification(options: FinetuneOptions, tokenizer: Tokenizer, device: torc
         eval_features = encode_classification(eval_rows, tokenizer, label2id, options.max_length)
 
         def evaluate(model: nn.Module) -> dict[str, float]:
-            outputs = _predict(model, eval_features, options.training.eval_batch_size, device)
+            outputs = _predict(model, options.task, eval_features, options.training.eval_batch_size, context)
             predicted = [int(out["logits"].argmax(-1)) for out in outputs]
             return classification_metrics([f["labels"][0] for f in eval_features], predicted)
 
@@ -134,10 +144,11 @@ def _classification(options: FinetuneOptions, tokenizer: Tokenizer, device: torc
         "label2id": label2id,
         "problem_type": "single_label_classification",
     }
-    return TaskData(train_features, collate, evaluate, overrides)
+    return TaskData(train_features, partial(collate, pad_token_id=context.pad_token_id), evaluate, overrides)
 
 
-def _token_classification(options: FinetuneOptions, tokenizer: Tokenizer, device: torch.device) -> TaskData:
+def _token_classification(options: FinetuneOptions, context: TaskContext) -> TaskData:
+    tokenizer = context.tokenizer
     sentences = read_tagged_sentences(options.train_file, options.tag_column, options.max_train_samples)
     tags = label_list((tag for s in sentences for tag in s.tags), options.labels)
     check_labels(options.train_file, (tag for s in sentences for tag in s.tags), tags, what="tag")
@@ -147,26 +158,19 @@ def _token_classification(options: FinetuneOptions, tokenizer: Tokenizer, device
     if options.eval_file is not None:
         eval_sentences = read_tagged_sentences(options.eval_file, options.tag_column, options.max_eval_samples)
         check_labels(options.eval_file, (tag for s in eval_sentences for tag in s.tags), tags, what="tag")
-        eval_features = encode_token_classification(eval_sentences, tokenizer, label2id, options.max_length)
-        outside = "O" if "O" in label2id else tags[0]
+        words = WordLabelEvaluation.build(tokenizer, [s.tokens for s in eval_sentences], options.max_length)
+        id2label = dict(enumerate(tags))
 
         def evaluate(model: nn.Module) -> dict[str, float]:
-            outputs = _predict(model, eval_features, options.training.eval_batch_size, device)
-            predicted_tags = []
-            for out, feature in zip(outputs, eval_features, strict=True):
-                first_subtokens = torch.tensor(feature["labels"]) != IGNORE_INDEX
-                predicted_tags.append([tags[int(i)] for i in out["logits"][first_subtokens].argmax(-1)])
-            # Words cut off by --max-length count as predicted "O", so truncation cannot inflate the score.
-            padded = [
-                p + [outside] * (len(s.tags) - len(p)) for p, s in zip(predicted_tags, eval_sentences, strict=True)
-            ]
-            return entity_metrics([s.tags for s in eval_sentences], padded)
+            predicted = words.predict_tags(model, _predictor(options, context), id2label)
+            return entity_metrics([s.tags for s in eval_sentences], predicted)
 
     overrides = {"id2label": dict(enumerate(tags)), "label2id": label2id, "problem_type": None}
-    return TaskData(train_features, collate, evaluate, overrides)
+    return TaskData(train_features, partial(collate, pad_token_id=context.pad_token_id), evaluate, overrides)
 
 
-def _question_answering(options: FinetuneOptions, tokenizer: Tokenizer, device: torch.device) -> TaskData:
+def _question_answering(options: FinetuneOptions, context: TaskContext) -> TaskData:
+    tokenizer = context.tokenizer
     window_options = {
         "max_length": options.max_length,
         "doc_stride": options.doc_stride,
@@ -179,28 +183,24 @@ def _question_answering(options: FinetuneOptions, tokenizer: Tokenizer, device: 
     if options.eval_file is not None:
         eval_articles = parse_article_range(options.eval_articles) if options.eval_articles else None
         eval_examples = read_squad(options.eval_file, eval_articles, options.max_eval_samples)
-        windows = window_examples(eval_examples, tokenizer, **window_options)
-        eval_features = [w.feature for w in windows]
-        allow_impossible = any(e.is_impossible for e in eval_examples)
+        answers = AnswerEvaluation.build(
+            tokenizer, eval_examples, options.max_length, options.doc_stride, options.max_answer_length
+        )
 
         def evaluate(model: nn.Module) -> dict[str, float]:
-            outputs = _predict(model, eval_features, options.training.eval_batch_size, device)
-            starts = [out["start_logits"].numpy() for out in outputs]
-            ends = [out["end_logits"].numpy() for out in outputs]
-            predictions = decode_answers(
-                eval_examples, windows, starts, ends, max_answer_length=options.max_answer_length,
-                allow_impossible=allow_impossible,
-            )  # fmt: skip
+            predictions = answers.predict_answers(model, _predictor(options, context))
             return squad_metrics(predictions, {e.qas_id: e.answer_texts for e in eval_examples})
 
-    return TaskData(train_features, collate, evaluate, {})
+    return TaskData(train_features, partial(collate, pad_token_id=context.pad_token_id), evaluate, {})
 
 
-def _fill_mask(options: FinetuneOptions, tokenizer: Tokenizer, device: torch.device) -> TaskData:
+def _fill_mask(options: FinetuneOptions, context: TaskContext) -> TaskData:
+    tokenizer = context.tokenizer
     lines = read_text_lines(options.train_file, options.max_train_samples)
     train_features = encode_text_lines(lines, tokenizer, options.max_length)
     # Each torchrun rank masks its own batches differently.
-    collator = MlmCollator(tokenizer, seed=options.training.seed + int(os.environ.get("RANK", "0")))
+    rank = int(os.environ.get("RANK", "0"))
+    collator = MlmCollator(tokenizer, pad_token_id=context.pad_token_id, seed=options.training.seed + rank)
     evaluate = None
     if options.eval_file is not None:
         eval_features = encode_text_lines(
@@ -209,14 +209,14 @@ def _fill_mask(options: FinetuneOptions, tokenizer: Tokenizer, device: torch.dev
 
         def evaluate(model: nn.Module) -> dict[str, float]:
             # The same masks every evaluation, so epochs compare like with like.
-            eval_collator = MlmCollator(tokenizer, seed=options.training.seed + 1)
+            eval_collator = MlmCollator(tokenizer, pad_token_id=context.pad_token_id, seed=options.training.seed + 1)
             accumulator = MlmAccumulator()
             model.eval()
             with torch.no_grad():
                 for start in range(0, len(eval_features), options.training.eval_batch_size):
                     batch = eval_collator(eval_features[start : start + options.training.eval_batch_size])
                     labels = batch.pop("labels")
-                    logits = model(**{k: v.to(device) for k, v in batch.items()})["logits"]
+                    logits = model(**{k: v.to(context.device) for k, v in batch.items()})["logits"]
                     accumulator.add(logits.cpu(), labels)
             return accumulator.scores()
 
@@ -234,17 +234,25 @@ TASK_BUILDERS = {
 def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
     load_config(options.base)  # fails fast, before any data is read, when --base is not a BERT checkpoint
     set_seed(options.training.seed)  # the new head's initial weights depend on --seed
+    spec = task_spec(options.task)
     try:
         tokenizer = load_tokenizer(options.base)
     except FileNotFoundError as error:
         raise CheckpointError(str(error)) from None
-    task_data = TASK_BUILDERS[options.task](options, tokenizer, runtime.device)
+    try:
+        pad_token_id = pad_token_id_of(tokenizer, options.base)
+    except ValueError as error:
+        raise CheckpointError(f"{options.base}: {error}") from None
+    task_data = TASK_BUILDERS[options.task](options, TaskContext(tokenizer, pad_token_id, runtime.device))
     if not task_data.train_features:
         raise DataError(f"{options.train_file}: no training examples")
-    model = load_model(options.base, TASK_ARCHITECTURES[options.task], **task_data.config_overrides)
-    pad_token_id = model.config.pad_token_id
-    if pad_token_id != tokenizer.token_to_id("[PAD]"):
-        logger.warning("pad_token_id %s differs from the tokenizer's [PAD] id", pad_token_id)
+    model = load_model(options.base, spec.architecture, **task_data.config_overrides)
+    if model.config.pad_token_id != pad_token_id:
+        logger.warning(
+            "config.json's pad_token_id %s differs from the tokenizer's pad token id %s (batches are padded with it)",
+            model.config.pad_token_id,
+            pad_token_id,
+        )
     if runtime.is_main:
         logger.info(
             "%s: %d training features, base %s, %s parameters",
@@ -266,7 +274,7 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
         save,
         runtime,
         evaluate=task_data.evaluate,
-        primary_metric=PRIMARY_METRIC[options.task] if task_data.evaluate else None,
+        primary_metric=spec.primary_metric if task_data.evaluate else None,
         loss_fn=task_data.loss_fn,
     )
     return report

@@ -314,9 +314,14 @@ class BertPreTrainingHeads(nn.Module):
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
-def masked_lm_loss(prediction_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross entropy over positions whose label is not -100."""
-    return F.cross_entropy(prediction_logits.view(-1, prediction_logits.size(-1)), labels.view(-1))
+def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """logits (B, T, V), labels (B, T) -> mean cross entropy over the positions whose label is not -100.
+
+    A batch with no such position (a few short lines can draw no [MASK] at all) gives 0, not the NaN of a plain
+    mean over nothing, and that 0 still backpropagates (zero gradients). Computed in float32 under autocast too.
+    """
+    total = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), reduction="sum")
+    return total / labels.ne(-100).sum().clamp(min=1)
 
 
 class BertForPreTraining(BertPreTrainedModule):
@@ -492,13 +497,4 @@ ARCHITECTURES: dict[str, type[BertPreTrainedModule]] = {
     "BertForSequenceClassification": BertForSequenceClassification,
     "BertForQuestionAnswering": BertForQuestionAnswering,
     "BertForTokenClassification": BertForTokenClassification,
-}
-
-TASK_ARCHITECTURES: dict[str, str] = {
-    "text-classification": "BertForSequenceClassification",
-    "question-answering": "BertForQuestionAnswering",
-    "token-classification": "BertForTokenClassification",
-    "fill-mask": "BertForMaskedLM",
-    "feature-extraction": "BertModel",
-    "pretraining": "BertForPreTraining",
 }

@@ -16,10 +16,10 @@ from torch import nn
 from training.checkpoint import save_model
 from training.data import DataError, Feature
 from training.metrics import MlmAccumulator
-from training.model import BertConfig, BertForPreTraining
+from training.model import BertConfig, BertForPreTraining, masked_lm_loss
 from training.pretrain_data import MlmCollator, corpus_to_nsp_features
-from training.tokenizer import load_tokenizer, save_tokenizer, train_wordpiece
-from training.train import Batch, Runtime, TrainingArguments, train
+from training.tokenizer import load_tokenizer, pad_token_id_of, save_tokenizer, train_wordpiece
+from training.train import Runtime, TensorBatch, TrainingArguments, train
 
 logger = logging.getLogger(__name__)
 
@@ -40,23 +40,14 @@ class PretrainOptions:
     training: TrainingArguments = field(default_factory=lambda: TrainingArguments(max_steps=1000, learning_rate=1e-4))
 
 
-def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """logits (B, T, V), labels (B, T) -> mean cross-entropy over labelled positions; 0, not NaN, when none is.
-
-    A batch of a few short lines can draw no [MASK] at all; a plain mean over zero positions would be NaN.
-    """
-    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), reduction="sum")
-    return total / labels.ne(-100).sum().clamp(min=1)
-
-
-def masked_lm_training_loss(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+def masked_lm_training_loss(model: nn.Module, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, float]]:
     """Loss for BertForMaskedLM (fill-mask fine-tuning)."""
     outputs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     loss = masked_lm_loss(outputs["logits"], batch["labels"])
     return loss, {}
 
 
-def pretraining_loss(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+def pretraining_loss(model: nn.Module, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, float]]:
     """Summed MLM + NSP loss; both parts are reported."""
     outputs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     mlm = masked_lm_loss(outputs["prediction_logits"], batch["labels"])
@@ -91,6 +82,11 @@ def pretrain(options: PretrainOptions, runtime: Runtime) -> dict[str, Any]:
     if not options.corpus.is_file():
         raise DataError(f"{options.corpus}: no such file")
     tokenizer = _tokenizer_for(options, runtime)
+    tokenizer_folder = options.tokenizer or options.out
+    try:
+        pad_token_id = pad_token_id_of(tokenizer, tokenizer_folder)
+    except ValueError as error:
+        raise DataError(f"{tokenizer_folder}: {error}") from None
     features = corpus_to_nsp_features(options.corpus, tokenizer, options.max_length, args.seed)
     train_features, eval_features = _split(features, options.eval_fraction, args.seed)
     steps = args.max_steps or 1
@@ -109,7 +105,7 @@ def pretrain(options: PretrainOptions, runtime: Runtime) -> dict[str, Any]:
         num_attention_heads=options.heads,
         intermediate_size=options.intermediate,
         max_position_embeddings=max(512, options.max_length),
-        pad_token_id=tokenizer.token_to_id("[PAD]") or 0,
+        pad_token_id=pad_token_id,
         architectures=["BertForPreTraining"],
     )
     torch.manual_seed(args.seed)

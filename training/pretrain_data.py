@@ -15,6 +15,7 @@ import torch
 from tokenizers import Tokenizer
 
 from training.data import IGNORE_INDEX, DataError, Feature, collate, read_text_lines
+from training.tokenizer import pad_token_id_of
 
 IS_NEXT, IS_RANDOM = 0, 1  # Hugging Face's next_sentence_label: 0 = B continues A, 1 = B is random
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
@@ -47,12 +48,19 @@ def mask_tokens(
 class MlmCollator:
     """Pads a batch and masks it afresh each time (dynamic masking, as RoBERTa and HF's collator do)."""
 
-    def __init__(self, tokenizer: Tokenizer, pad_token_id: int = 0, mlm_probability: float = 0.15, seed: int = 0):
+    def __init__(
+        self, tokenizer: Tokenizer, pad_token_id: int | None = None, mlm_probability: float = 0.15, seed: int = 0
+    ):
         mask_id = tokenizer.token_to_id("[MASK]")
         if mask_id is None:
             raise DataError("tokenizer has no [MASK] token")
         self.mask_token_id = mask_id
         self.vocab_size = tokenizer.get_vocab_size()
+        if pad_token_id is None:  # the tokenizer's own [PAD]
+            try:
+                pad_token_id = pad_token_id_of(tokenizer)
+            except ValueError as error:
+                raise DataError(str(error)) from None
         self.pad_token_id = pad_token_id
         self.mlm_probability = mlm_probability
         self.generator = torch.Generator().manual_seed(seed)

@@ -1,21 +1,19 @@
-"""SQuAD v1.1 / v2.0 files -> windowed question-answering features, and logits -> answer text.
+"""SQuAD v1.1 / v2.0 files -> windowed question-answering training features (evaluation: training.evaluation).
 
 A context longer than the window is split into overlapping windows (`doc_stride` tokens shared by neighbours,
 as `stride` in Hugging Face tokenizers). An answer that does not lie wholly inside a window is pointed at [CLS]
-(position 0), as are unanswerable v2.0 questions. Decoding maps token spans back to context characters through
-the tokenizer's offsets and keeps the best start <= end span (length capped) across all windows of an example.
+(position 0), as are unanswerable v2.0 questions.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from tokenizers import Tokenizer
 
+from model_export.files import read_json
 from training.data import DataError, Feature
 
 
@@ -51,13 +49,8 @@ def parse_article_range(text: str) -> slice:
 
 
 def read_squad(path: Path, articles: slice | None = None, max_questions: int | None = None) -> list[SquadExample]:
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise DataError(f"{path}: not valid JSON ({error.msg} at line {error.lineno})") from None
-    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+    document = read_json(path, "file", error=DataError)
+    if not isinstance(document.get("data"), list):
         raise DataError(f"{path}: not a SQuAD file (expected an object with a 'data' list of articles)")
     selected = document["data"][articles] if articles is not None else document["data"]
     examples: list[SquadExample] = []
@@ -142,41 +135,3 @@ def window_examples(
             window_start += room - doc_stride
     return windows
 
-
-def decode_answers(
-    examples: Sequence[SquadExample],
-    windows: Sequence[SquadWindow],
-    start_logits: Sequence[np.ndarray],
-    end_logits: Sequence[np.ndarray],
-    n_best: int = 20,
-    max_answer_length: int = 30,
-    allow_impossible: bool = False,
-) -> dict[str, str]:
-    """Best context span per example across its windows; '' when v2.0 null ([CLS]) scores higher."""
-    best: dict[int, tuple[float, str]] = {}
-    null_score: dict[int, float] = {}
-    for window, starts, ends in zip(windows, start_logits, end_logits, strict=True):
-        offsets = window.context_offsets
-        index = window.example_index
-        context = examples[index].context
-        null_score[index] = min(null_score.get(index, np.inf), float(starts[0] + ends[0]))
-        top_starts = np.argsort(starts[: len(offsets)])[::-1][:n_best]
-        top_ends = np.argsort(ends[: len(offsets)])[::-1][:n_best]
-        for start in top_starts:
-            start_offset = offsets[start]
-            if start_offset is None:
-                continue
-            for end in top_ends:
-                end_offset = offsets[end]
-                if end_offset is None or end < start or end - start + 1 > max_answer_length:
-                    continue
-                score = float(starts[start] + ends[end])
-                if index not in best or score > best[index][0]:
-                    best[index] = (score, context[start_offset[0] : end_offset[1]])
-    predictions: dict[str, str] = {}
-    for index, example in enumerate(examples):
-        score, text = best.get(index, (-np.inf, ""))
-        if allow_impossible and null_score.get(index, -np.inf) > score:
-            text = ""
-        predictions[example.qas_id] = text
-    return predictions

@@ -14,6 +14,9 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from model_export.files import read_json, token_text, tokenizer_settings
+from model_export.onnx_io import token_id
+
 logger = logging.getLogger(__name__)
 
 # Role -> default token, in the order the ids get assigned when training a vocabulary (pad first: pad_token_id 0).
@@ -24,23 +27,6 @@ SPECIAL_TOKEN_DEFAULTS: dict[str, str] = {
     "sep_token": "[SEP]",
     "mask_token": "[MASK]",
 }
-
-
-def _token_content(value: Any, default: str) -> str:
-    """tokenizer_config.json writes special tokens either as a string or as a serialised AddedToken dict."""
-    if isinstance(value, dict):
-        return str(value.get("content", default))
-    return default if value is None else str(value)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    with path.open(encoding="utf-8") as handle:
-        data = json.load(handle)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return data
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
@@ -111,14 +97,14 @@ def load_tokenizer(folder: str | Path) -> Tokenizer:
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
         config_file = folder / "tokenizer_config.json"
         if config_file.is_file():
-            _follow_config_normalizer(tokenizer, _read_json(config_file), folder)
+            _follow_config_normalizer(tokenizer, read_json(config_file), folder)
     else:
         vocab_file = folder / "vocab.txt"
         if not vocab_file.is_file():
             raise FileNotFoundError(f"{folder}: neither tokenizer.json nor vocab.txt found")
-        config = {**_read_json(folder / "special_tokens_map.json"), **_read_json(folder / "tokenizer_config.json")}
+        config = tokenizer_settings(folder)
         special_tokens = {
-            role: _token_content(config.get(role), default) for role, default in SPECIAL_TOKEN_DEFAULTS.items()
+            role: token_text(config.get(role), default) for role, default in SPECIAL_TOKEN_DEFAULTS.items()
         }
         tokenizer = Tokenizer(
             models.WordPiece(
@@ -139,6 +125,15 @@ def load_tokenizer(folder: str | Path) -> Tokenizer:
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
+
+
+def pad_token_id_of(tokenizer: Tokenizer, folder: str | Path | None = None) -> int:
+    """The id batches are padded with: the tokenizer's pad token, ValueError when its vocabulary lacks it.
+
+    The pad token is the one ``folder``'s tokenizer_config.json / special_tokens_map.json name, else [PAD].
+    """
+    settings = tokenizer_settings(folder) if folder is not None else {}
+    return token_id(tokenizer, token_text(settings.get("pad_token"), SPECIAL_TOKEN_DEFAULTS["pad_token"]))
 
 
 def _normalizer_settings(tokenizer: Tokenizer, do_lower_case: bool) -> dict[str, Any]:

@@ -29,8 +29,8 @@ from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 
-Batch = dict[str, torch.Tensor]
-LossFunction = Callable[[nn.Module, Batch], tuple[torch.Tensor, dict[str, float]]]
+TensorBatch = dict[str, torch.Tensor]
+LossFunction = Callable[[nn.Module, TensorBatch], tuple[torch.Tensor, dict[str, float]]]
 Evaluator = Callable[[nn.Module], dict[str, float]]
 Saver = Callable[[nn.Module, Path], None]
 
@@ -158,7 +158,7 @@ class LengthGroupedSampler(Sampler[int]):
             yield from sorted(chunk, key=lambda i: -self.lengths[i])
 
 
-def default_loss(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+def default_loss(model: nn.Module, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, float]]:
     loss = model(**batch)["loss"]
     return loss, {}
 
@@ -167,7 +167,9 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
 
-def _batches_forever(loader: DataLoader[Any], sampler: DistributedSampler[Any] | None) -> Iterator[tuple[int, Batch]]:
+def _batches_forever(
+    loader: DataLoader[Any], sampler: DistributedSampler[Any] | None
+) -> Iterator[tuple[int, TensorBatch]]:
     epoch = 0
     while True:
         if sampler is not None:
@@ -180,7 +182,7 @@ def _batches_forever(loader: DataLoader[Any], sampler: DistributedSampler[Any] |
 def train(
     model: nn.Module,
     train_features: Sequence[Any],
-    collate_fn: Callable[[Sequence[Any]], Batch],
+    collate_fn: Callable[[Sequence[Any]], TensorBatch],
     args: TrainingArguments,
     out_dir: Path,
     save: Saver,

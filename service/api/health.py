@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.deps import RegistryDep, error_doc
+from service.api.deps import RegistryDep
+from service.api.http import error_responses
 from service.errors import NotReady
 from service.schemas import HealthResponse
 
@@ -15,7 +16,7 @@ async def live() -> HealthResponse:
     return HealthResponse(status="ok")
 
 
-@router.get("/health/ready", response_model=HealthResponse, responses={503: error_doc("Not ready or shutting down.")})
+@router.get("/health/ready", response_model=HealthResponse, responses=error_responses(NotReady))
 async def ready(registry: RegistryDep) -> HealthResponse:
     """200 once every model is loaded and warmed up; 503 before that, while shutting down, or if a worker died."""
     models = {name: engine.ready for name, engine in registry.engines.items()}

@@ -1,10 +1,15 @@
-"""The four task routes. Each validates its body, picks the engine and runs the shared path."""
+"""The four v1 task routes. Each validates its body and hands it to ``service.inference``, the shared path."""
 
 from __future__ import annotations
 
+import functools
+
 from fastapi import APIRouter, Request, Response
 
-from service.api.deps import TASK_ERROR_RESPONSES, RegistryDep, SettingsDep, run_task
+from service.api.deps import RegistryDep, SettingsDep
+from service.api.http import TASK_ERROR_RESPONSES, client_gone, json_response
+from service.inference import InferenceRequest, run_inference
+from service.registry import ModelRegistry
 from service.schemas import (
     FillMaskRequest,
     FillMaskResponse,
@@ -15,11 +20,21 @@ from service.schemas import (
     TokenClassificationRequest,
     TokenClassificationResponse,
 )
+from service.schemas.common import TaskRequest
+from service.settings import Settings
 
 text_classification_router = APIRouter(tags=["text-classification"])
 question_answering_router = APIRouter(tags=["question-answering"])
 token_classification_router = APIRouter(tags=["token-classification"])
 fill_mask_router = APIRouter(tags=["fill-mask"])
+
+
+async def run_task(request: Request, body: TaskRequest, registry: ModelRegistry, settings: Settings) -> Response:
+    """A v1 body -> ``run_inference`` (cancelled if the client goes away) -> ``{"model", "results"}``."""
+    inputs, params = body.to_task()
+    inference = InferenceRequest(task=body.task, inputs=inputs, params=params, model=body.model)
+    result = await run_inference(inference, registry, settings, functools.partial(client_gone, request))
+    return json_response({"model": result.model, "results": result.results})
 
 
 @text_classification_router.post(

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.schemas.common import MAX_TOKENS, TaskRequest
-from service.tasks import TokenClassificationParams
+from service.tasks import TokenClassificationParams, WordsInput
+
+Word = Annotated[str, Field(min_length=1)]
+WordList = Annotated[list[Word], Field(min_length=1)]
+# settings the word mode has no use for: sending them with ``words`` is a 422, not silently ignored
+TEXT_ONLY_FIELDS = ("aggregation_strategy", "ignore_labels")
 
 
 class TokenClassificationRequest(TaskRequest):
@@ -15,24 +20,65 @@ class TokenClassificationRequest(TaskRequest):
             "examples": [
                 {"inputs": "John Smith works for Google in London."},
                 {"model": "conll", "inputs": ["Mary lives in Paris."], "aggregation_strategy": "none"},
+                {"words": ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."]},
             ]
         },
     )
     task: ClassVar[str] = "token-classification"
 
-    inputs: str | Annotated[list[str], Field(min_length=1)] = Field(description="A text or a list of texts.")
-    aggregation_strategy: Literal["none", "simple", "first", "average", "max"] = Field(
-        "simple", description="How sub-word predictions merge into entities (as in transformers' pipeline)."
+    inputs: str | Annotated[list[str], Field(min_length=1)] | None = Field(
+        None, description="A text or a list of texts. Send exactly one of `inputs` and `words`."
     )
-    ignore_labels: list[str] = Field(default_factory=lambda: ["O"], description="Labels left out of the results.")
+    words: WordList | Annotated[list[WordList], Field(min_length=1)] | None = Field(
+        None,
+        description=(
+            "Pre-split words (e.g. CoNLL tokens), or a list of such lists; send exactly one of `inputs` and "
+            "`words`. Every word gets exactly one entry, in word order: the label of its first sub-token "
+            "(`entity`), that label's probability (`score`), the word's index (`index`), the word itself "
+            "(`word`) and its character span in the words joined by single spaces (`start`, `end`). "
+            "`aggregation_strategy` and `ignore_labels` do not apply to words and are refused with them."
+        ),
+    )
+    aggregation_strategy: Literal["none", "simple", "first", "average", "max"] = Field(
+        "simple",
+        description=(
+            "How sub-word predictions merge into entities (as in transformers' pipeline). Texts only: "
+            "not allowed with `words`."
+        ),
+    )
+    ignore_labels: list[str] = Field(
+        default_factory=lambda: ["O"],
+        description="Labels left out of the results. Texts only: not allowed with `words` (every word is answered).",
+    )
     stride: int | None = Field(
         None,
         ge=0,
         le=MAX_TOKENS,
-        description="Overlap of windows over long texts; default max length // 4.",
+        description="Overlap of windows over long texts or word lists, in tokens; default max length // 4.",
     )
 
-    def input_list(self) -> list[str]:
+    @model_validator(mode="after")
+    def _one_kind_of_input(self) -> Self:
+        if (self.inputs is None) == (self.words is None):
+            raise ValueError("send exactly one of inputs (texts) and words (lists of pre-split words)")
+        if self.words is not None:
+            explicit = [name for name in TEXT_ONLY_FIELDS if name in self.model_fields_set]
+            if explicit:
+                raise ValueError(f"{' and '.join(explicit)}: for texts only, not for words (every word gets one entry)")
+        return self
+
+    def word_lists(self) -> list[list[str]]:
+        """``words`` as a list of word lists (one list becomes a list of one); empty for texts."""
+        if self.words is None:
+            return []
+        if all(isinstance(word, str) for word in self.words):
+            return [cast(list[str], self.words)]
+        return cast(list[list[str]], self.words)
+
+    def input_list(self) -> list[Any]:
+        if self.words is not None:
+            return self.word_lists()
+        assert self.inputs is not None
         return self.inputs if isinstance(self.inputs, list) else [self.inputs]
 
     def to_task(self) -> tuple[list[Any], TokenClassificationParams]:
@@ -41,13 +87,17 @@ class TokenClassificationRequest(TaskRequest):
             ignore_labels=tuple(self.ignore_labels),
             stride=self.stride,
         )
+        if self.words is not None:
+            return [WordsInput(tuple(words)) for words in self.word_lists()], params
         return list(self.input_list()), params
 
 
 class Entity(BaseModel):
     entity_group: str | None = Field(None, description="Entity type, when aggregated.")
-    entity: str | None = Field(None, description="Token label, when aggregation_strategy is none.")
-    index: int | None = Field(None, description="Token index, when aggregation_strategy is none.")
+    entity: str | None = Field(None, description="Token label, when aggregation_strategy is none; a word's label.")
+    index: int | None = Field(
+        None, description="Token index, when aggregation_strategy is none; the word's index for words."
+    )
     score: float
     word: str
     start: int | None
@@ -72,4 +122,6 @@ class TokenClassificationResponse(BaseModel):
     )
 
     model: str
-    results: list[list[Entity]] = Field(description="Per input (always a list), its entities in text order.")
+    results: list[list[Entity]] = Field(
+        description="Per input (always a list), its entities in text order; for words, one entry per word."
+    )

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from service.tasks.base import InputError, ModelContext, Prepared, Sequence, TaskHandler
+from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler
 from service.tasks.fill_mask import FillMaskHandler, FillMaskParams
 from service.tasks.question_answering import QAInput, QAParams, QuestionAnsweringHandler
 from service.tasks.text_classification import ClassificationInput, ClassificationParams, TextClassificationHandler
-from service.tasks.token_classification import TokenClassificationHandler, TokenClassificationParams
+from service.tasks.token_classification import TokenClassificationHandler, TokenClassificationParams, WordsInput
 
 HANDLERS: dict[str, TaskHandler] = {
     "text-classification": TextClassificationHandler(),
@@ -23,13 +23,14 @@ __all__ = [
     "FillMaskParams",
     "InputError",
     "ModelContext",
+    "ModelRow",
     "Prepared",
     "QAInput",
     "QAParams",
     "QuestionAnsweringHandler",
-    "Sequence",
     "TaskHandler",
     "TextClassificationHandler",
     "TokenClassificationHandler",
     "TokenClassificationParams",
+    "WordsInput",
 ]

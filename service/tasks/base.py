@@ -1,6 +1,6 @@
 """The contract between the engine and the four task handlers.
 
-A handler turns one request's inputs into model rows (``Sequence``; long inputs become several
+A handler turns one request's inputs into model rows (``ModelRow``; long inputs become several
 windows) and turns those rows' outputs back into pipeline-shaped answers. Handlers are pure:
 tokenizers + numpy, no I/O, no FastAPI, no onnxruntime. The engine batches rows from many requests
 together; it hands each row's outputs back with padding removed.
@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 
 
 @dataclass(frozen=True, slots=True)
-class Sequence:
+class ModelRow:
     """One row for the model, unpadded. Its attention mask is all ones over its length."""
 
     input_ids: np.ndarray  # (T,) int64
@@ -30,7 +30,7 @@ class Sequence:
 class Prepared:
     """Everything one input of a request needs: its model rows and what post-processing needs."""
 
-    sequences: list[Sequence]
+    sequences: list[ModelRow]
     state: Any
 
 
@@ -47,6 +47,8 @@ class ModelContext:
     cls_token_id: int
     sep_token_id: int
     pad_token_id: int
+    # tokenizer_config.json's flag (tokenizer.json lacks it): decoded strings depend on it.
+    clean_up_tokenization_spaces: bool = True
 
 
 class InputError(ValueError):

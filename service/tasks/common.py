@@ -8,7 +8,7 @@ from collections import OrderedDict
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from service.tasks.base import InputError, Sequence
+from service.tasks.base import InputError, ModelRow
 
 _VOCABULARY_CACHE_SIZE = 32
 _COPIES_PER_THREAD = 16
@@ -98,8 +98,8 @@ def with_windows(encoding: Encoding) -> list[Encoding]:
     return [encoding, *encoding.overflowing]
 
 
-def to_sequence(encoding: Encoding) -> Sequence:
-    return Sequence(
+def to_sequence(encoding: Encoding) -> ModelRow:
+    return ModelRow(
         input_ids=np.asarray(encoding.ids, dtype=np.int64),
         token_type_ids=np.asarray(encoding.type_ids, dtype=np.int64),
     )

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from model_export.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import encode_batch, require_text, require_top_k, softmax, to_sequence, vocabulary
 
@@ -58,10 +59,7 @@ def top_indices(values: np.ndarray, k: int) -> np.ndarray:
 
 class FillMaskHandler:
     task: str = "fill-mask"
-    output_names: tuple[str, ...] = ("logits",)
-
-    def __init__(self, clean_up_tokenization_spaces: bool = True) -> None:
-        self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
+    output_names: tuple[str, ...] = task_spec("fill-mask").outputs
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: FillMaskParams) -> list[Prepared]:
         require_top_k(params.top_k)
@@ -99,7 +97,7 @@ class FillMaskHandler:
 
     def decode(self, ctx: ModelContext, ids: list[int] | np.ndarray, skip_special_tokens: bool) -> str:
         text = ctx.tokenizer.decode([int(id_) for id_ in ids], skip_special_tokens=skip_special_tokens)
-        return clean_up_tokenization(text) if self.clean_up_tokenization_spaces else text
+        return clean_up_tokenization(text) if ctx.clean_up_tokenization_spaces else text
 
     def postprocess(
         self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: FillMaskParams

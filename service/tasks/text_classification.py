@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from model_export.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import (
     encode_batch,
@@ -65,7 +66,7 @@ def _as_tokenizer_input(item: Any) -> str | tuple[str, str]:
 
 class TextClassificationHandler:
     task: str = "text-classification"
-    output_names: tuple[str, ...] = ("logits",)
+    output_names: tuple[str, ...] = task_spec("text-classification").outputs
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: ClassificationParams) -> list[Prepared]:
         _check_params(params)

@@ -8,16 +8,32 @@ Texts longer than the model's ``max_length`` are windowed, never truncated: wind
 ``aggregation_strategy="none"`` the pipeline refuses an explicit ``stride``; so does this handler,
 but long texts are still windowed, and ``index`` is then the token's index in the whole text's
 encoding (with [CLS] at 0), which for the first window is the pipeline's ``index``.
+
+Pre-split words (``WordsInput``, e.g. CoNLL tokens) are labelled one entry per word, in word order:
+the argmax label of the word's first sub-token, the convention fine-tuning trains and scores with
+(``model_export.decoding``, the decode path training's evaluation shares). ``index`` is then the
+word's index, ``start``/``end`` its span in ``" ".join(words)``; ``aggregation_strategy`` and
+``ignore_labels`` do not apply, and ``stride`` is accepted with any strategy.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from tokenizers import Encoding
 
+from model_export.decoding import (
+    DecodeInputError,
+    WordWindows,
+    encode_word_lists,
+    label_words,
+    window_stride,
+)
+from model_export.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import encode_batch, require_text, softmax, to_sequence, truncating_tokenizer, with_windows
 
@@ -31,15 +47,25 @@ class TokenClassificationParams:
     stride: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class WordsInput:
+    """One input of pre-split words: each gets one label. ``text`` (``" ".join(words)``) is what the
+    offsets point into; being a str field, it is also what the engine counts as the input's size."""
+
+    words: tuple[str, ...]
+    text: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        words = tuple(self.words)
+        object.__setattr__(self, "words", words)
+        object.__setattr__(self, "text", " ".join(word if isinstance(word, str) else "" for word in words))
+
+
 @dataclass(slots=True)
 class _NerState:
     text: str
     windows: list[Encoding]
     first_token_index: list[int]  # per window: index in the whole text's encoding of its first token
-
-
-def default_stride(max_length: int) -> int:
-    return max_length // 4
 
 
 def _strategy(params: TokenClassificationParams) -> str:
@@ -52,16 +78,11 @@ def _strategy(params: TokenClassificationParams) -> str:
 
 
 def _stride(ctx: ModelContext, params: TokenClassificationParams, strategy: str) -> int:
-    room = ctx.max_length - ctx.tokenizer.num_special_tokens_to_add(is_pair=False)
-    if params.stride is None:
-        return min(default_stride(ctx.max_length), room - 1)
-    if strategy == "none":
+    """The windows' overlap: ``params.stride``, or ``default_stride`` (shared with training's evaluation)."""
+    if params.stride is not None and strategy == "none":
         raise InputError('stride needs an aggregation_strategy other than "none" (as in transformers)')
-    if not 0 <= params.stride < room:
-        raise InputError(
-            f"stride must be in 0..{room - 1} for this model (max_length {ctx.max_length}), got {params.stride}"
-        )
-    return params.stride
+    with _as_input_error():
+        return window_stride(ctx.tokenizer, ctx.max_length, params.stride)
 
 
 def _first_token_indices(windows: list[Encoding], stride: int) -> list[int]:
@@ -75,9 +96,11 @@ def _first_token_indices(windows: list[Encoding], stride: int) -> list[int]:
 
 class TokenClassificationHandler:
     task: str = "token-classification"
-    output_names: tuple[str, ...] = ("logits",)
+    output_names: tuple[str, ...] = task_spec("token-classification").outputs
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: TokenClassificationParams) -> list[Prepared]:
+        if any(isinstance(item, WordsInput) for item in inputs):
+            return _prepare_words(ctx, inputs, params)
         strategy = _strategy(params)
         stride = _stride(ctx, params, strategy)
         texts = [require_text(item) for item in inputs]
@@ -96,6 +119,9 @@ class TokenClassificationHandler:
         outputs: list[dict[str, np.ndarray]],
         params: TokenClassificationParams,
     ) -> list[dict[str, Any]]:
+        if isinstance(prepared.state, WordWindows):
+            with _as_input_error():
+                return label_words(prepared.state, [output["logits"] for output in outputs], ctx.id2label)
         strategy = _strategy(params)
         state: _NerState = prepared.state
         entities: list[dict[str, Any]] = []
@@ -111,6 +137,26 @@ class TokenClassificationHandler:
         if len(state.windows) > 1:
             entities = aggregate_overlapping_entities(entities)
         return [_public(entity) for entity in entities]
+
+
+@contextmanager
+def _as_input_error() -> Iterator[None]:
+    """The shared decode path's ``DecodeInputError`` is this service's ``InputError`` (a 400)."""
+    try:
+        yield
+    except DecodeInputError as exc:
+        raise InputError(str(exc)) from exc
+
+
+def _prepare_words(ctx: ModelContext, inputs: list[Any], params: TokenClassificationParams) -> list[Prepared]:
+    """Word mode: every input a ``WordsInput``; windows overlap by ``stride`` (default ``default_stride``)."""
+    if not all(isinstance(item, WordsInput) for item in inputs):
+        raise InputError("a request takes texts or lists of words, not both")
+    stride = _stride(ctx, params, "simple")  # no aggregation applies to words: any strategy takes a stride
+    tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, stride, "longest_first")
+    with _as_input_error():
+        encoded = encode_word_lists(tokenizer, [item.words for item in inputs])
+    return [Prepared(sequences=[to_sequence(window) for window in item.windows], state=item) for item in encoded]
 
 
 def _public(entity: dict[str, Any]) -> dict[str, Any]:

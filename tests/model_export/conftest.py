@@ -12,19 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from model_export.tasks import TASK_NAMES
+from model_export.tasks import TASKS as TASK_TABLE
+
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-TASKS = ("text-classification", "question-answering", "token-classification", "fill-mask", "feature-extraction")
+TASKS = TASK_NAMES
 ORIGINS = ("ours", "transformers")
-ARCHITECTURES = {
-    "text-classification": "BertForSequenceClassification",
-    "question-answering": "BertForQuestionAnswering",
-    "token-classification": "BertForTokenClassification",
-    "fill-mask": "BertForMaskedLM",
-    "feature-extraction": "BertModel",
-}
+ARCHITECTURES = {name: spec.architecture for name, spec in TASK_TABLE.items()}
 LABELS = {
     "text-classification": ["negative", "neutral", "positive"],
     "token-classification": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"],

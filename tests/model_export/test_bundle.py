@@ -14,13 +14,13 @@ from model_export.bundle import (
     BUNDLE_FILE,
     MODEL_FILE,
     SCHEMA_VERSION,
-    TASK_OUTPUTS,
     TOKENIZER_FILE,
     BundleError,
     BundleSpec,
     read_bundle,
     write_spec,
 )
+from model_export.tasks import TASKS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,7 @@ def make_bundle(folder: Path, task: str = "text-classification") -> Path:
         architecture="BertForSequenceClassification",
         max_length=128,
         id2label={0: "negative", 1: "positive"},
-        outputs=list(TASK_OUTPUTS[task]),
+        outputs=list(TASKS[task].outputs),
     )
     write_spec(folder, spec)
     return folder

@@ -15,9 +15,12 @@ import pytest
 
 from model_export import export as export_module
 from model_export.__main__ import main
-from model_export.bundle import INPUT_NAMES, TASK_OUTPUTS, read_bundle
+from model_export.bundle import read_bundle
 from model_export.export import ParityError, export_bundle
-from tests.model_export.conftest import ARCHITECTURES, ORIGINS, SAMPLE_TEXTS, TASKS, TINY
+from model_export.onnx_io import pad_rows
+from model_export.tasks import TASKS as TASK_TABLE
+from model_export.validate import ValueMismatch
+from tests.model_export.conftest import ARCHITECTURES, ORIGINS, SAMPLE_TEXTS, TASKS, TINY, vocab_size, write_vocab
 
 CLASSIFICATION_TASKS = ("text-classification", "token-classification")
 
@@ -38,14 +41,8 @@ def encode(bundle_path: Path, texts: list[str]) -> dict[str, np.ndarray]:
 
     tokenizer = Tokenizer.from_file(str(bundle_path / "tokenizer.json"))
     encodings = tokenizer.encode_batch(texts)
-    width = max(len(encoding.ids) for encoding in encodings)
-    feed = {name: np.zeros((len(texts), width), dtype=np.int64) for name in INPUT_NAMES}
-    for row, encoding in enumerate(encodings):
-        length = len(encoding.ids)
-        feed["input_ids"][row, :length] = encoding.ids
-        feed["attention_mask"][row, :length] = encoding.attention_mask
-        feed["token_type_ids"][row, :length] = encoding.type_ids
-    return feed
+    pad_id = tokenizer.token_to_id("[PAD]")
+    return pad_rows([(encoding.ids, encoding.type_ids) for encoding in encodings], pad_token_id=pad_id).feeds
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -57,7 +54,7 @@ def test_every_task_exports_to_a_valid_bundle(
     spec = read_bundle(folder).spec
     config = json.loads((checkpoint(origin, task) / "config.json").read_text())
     assert spec.task == task
-    assert spec.outputs == list(TASK_OUTPUTS[task])
+    assert spec.outputs == list(TASK_TABLE[task].outputs)
     assert spec.architecture == config["architectures"][0]
     if task in CLASSIFICATION_TASKS:
         assert spec.id2label == {int(index): label for index, label in config["id2label"].items()}
@@ -89,7 +86,7 @@ def test_onnx_matches_transformers(task: str, checkpoint: Callable[[str, str], P
         reference = model(**{name: torch.from_numpy(value) for name, value in feed.items()})
     got = ort_outputs(folder, feed)
     mask = feed["attention_mask"].astype(bool)
-    for name in TASK_OUTPUTS[task]:
+    for name in TASK_TABLE[task].outputs:
         expected = reference[name].numpy()
         assert got[name].shape == expected.shape
         if task != "text-classification" and name != "pooler_output":
@@ -287,3 +284,37 @@ def test_clean_up_tokenization_spaces_travels_into_the_bundle(
     assert exported.spec.clean_up_tokenization_spaces is flag
     engine = Engine.from_bundle(exported.path)
     assert engine.handler.clean_up_tokenization_spaces is flag  # type: ignore[attr-defined]
+
+
+def make_large_logit_fill_mask(folder: Path) -> Path:
+    """A tiny BertForMaskedLM with large weights: logits in the hundreds, relatively exact but not to 1e-4."""
+    import torch
+    import transformers
+
+    torch.manual_seed(3)
+    values = {**TINY, "vocab_size": vocab_size(), "initializer_range": 0.5, "hidden_size": 64, "intermediate_size": 128}
+    model = transformers.BertForMaskedLM(transformers.BertConfig(**values, attn_implementation="eager")).eval()
+    model.save_pretrained(folder)
+    transformers.BertTokenizer(str(write_vocab(folder)), do_lower_case=True).save_pretrained(folder)
+    return folder
+
+
+def test_large_logit_fill_mask_exports_with_default_tolerance(tmp_path: Path) -> None:
+    source = make_large_logit_fill_mask(tmp_path / "ckpt")
+    spec = export_bundle(source, tmp_path / "out").spec
+    report = spec.parity["fp32"]
+    assert report["tolerance"]["rtol"] > 0
+    feed = encode(tmp_path / "out", SAMPLE_TEXTS)
+    logits = ort_outputs(tmp_path / "out", feed)["logits"]
+    assert np.abs(logits).max() > 50  # the case the relative term exists for: an absolute 1e-4 is below fp32 rounding
+
+
+def test_perturbed_weight_fails_with_a_value_mismatch_for_every_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoint: Callable[[str, str], Path]
+) -> None:
+    tamper_with_export(monkeypatch)
+    with pytest.raises(ValueMismatch) as caught:
+        export_bundle(checkpoint("ours", "question-answering"), tmp_path / "out")
+    failures = caught.value.failures
+    assert [failure.split()[1] for failure in failures] == ["start_logits", "end_logits"]
+    assert all("worst at probe batch" in failure and "values outside" in failure for failure in failures)

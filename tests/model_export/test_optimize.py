@@ -8,9 +8,9 @@ from pathlib import Path
 import onnx
 import pytest
 
-from model_export.bundle import TASK_OUTPUTS
 from model_export.export import OnnxAdapter, export_onnx
 from model_export.optimize import attention_node_count, convert_fp16, optimize_bert
+from model_export.tasks import TASKS
 from model_export.validate import ExportError
 from tests.model_export.conftest import TINY
 
@@ -20,7 +20,7 @@ def raw_graph(tmp_path_factory: pytest.TempPathFactory, checkpoint: Callable[[st
     from training.checkpoint import load_model
 
     task = "text-classification"
-    adapter = OnnxAdapter(load_model(checkpoint("ours", task)), TASK_OUTPUTS[task]).eval()
+    adapter = OnnxAdapter(load_model(checkpoint("ours", task)), TASKS[task].outputs).eval()
     path = tmp_path_factory.mktemp("raw") / "raw.onnx"
     export_onnx(adapter, path, task, opset=17)
     return path

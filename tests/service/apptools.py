@@ -11,9 +11,10 @@ import httpx
 import numpy as np
 from fastapi import FastAPI
 
+from model_export.onnx_io import PaddedRows
 from service.app import create_app
 from service.engine import Engine
-from service.runtime import ModelRunner, PaddedBatch
+from service.runtime import ModelRunner
 from service.settings import Settings
 
 
@@ -27,7 +28,7 @@ class GatedRunner:
         self.entered = threading.Event()
         self.seen: list[np.ndarray] = []
 
-    def run(self, batch: PaddedBatch) -> dict[str, np.ndarray]:
+    def run(self, batch: PaddedRows) -> dict[str, np.ndarray]:
         self.seen.append(batch.input_ids[batch.attention_mask == 1])
         self.entered.set()
         self.gate.wait(10)

@@ -6,13 +6,13 @@ import threading
 
 import numpy as np
 
-from service.runtime import PaddedBatch
-from service.tasks.base import Sequence
+from model_export.onnx_io import PaddedRows
+from service.tasks.base import ModelRow
 
 
-def seq(ids: list[int]) -> Sequence:
+def seq(ids: list[int]) -> ModelRow:
     array = np.asarray(ids, dtype=np.int64)
-    return Sequence(array, np.zeros_like(array))
+    return ModelRow(array, np.zeros_like(array))
 
 
 class EchoRunner:
@@ -28,10 +28,10 @@ class EchoRunner:
         self.gate = gate
         self.poison = poison
         self.entered = threading.Event()
-        self.batches: list[PaddedBatch] = []
+        self.batches: list[PaddedRows] = []
         self.lock = threading.Lock()
 
-    def run(self, batch: PaddedBatch) -> dict[str, np.ndarray]:
+    def run(self, batch: PaddedRows) -> dict[str, np.ndarray]:
         with self.lock:
             self.batches.append(batch)
         self.entered.set()

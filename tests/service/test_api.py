@@ -89,6 +89,40 @@ def test_token_classification_route(client: TestClient) -> None:
         assert entity["entity"] in NER_LABELS and text[entity["start"] : entity["end"]] == entity["word"].lstrip("#")
 
 
+def test_token_classification_words_get_one_entry_each(client: TestClient) -> None:
+    words = ["john", "smith", "lives", "in", "paris", "."]
+    body = client.post("/v1/token-classification", json={"words": words}).json()
+    assert body["model"] == "token-classification" and len(body["results"]) == 1
+    (result,) = body["results"]
+    text = " ".join(words)
+    assert [entity["index"] for entity in result] == list(range(len(words)))
+    assert [entity["word"] for entity in result] == words
+    for entity in result:
+        assert set(entity) == {"entity", "score", "index", "word", "start", "end"}
+        assert entity["entity"] in NER_LABELS and 0 < entity["score"] <= 1
+        assert text[entity["start"] : entity["end"]] == entity["word"]
+    many = client.post("/v1/token-classification", json={"words": [words, ["paris"]], "stride": 4}).json()
+    assert [len(item) for item in many["results"]] == [len(words), 1]
+    assert [entity["entity"] for entity in many["results"][0]] == [entity["entity"] for entity in result]
+    assert many["results"][1][0]["word"] == "paris" and many["results"][1][0]["start"] == 0
+
+
+def test_token_classification_takes_exactly_one_of_inputs_and_words(client: TestClient) -> None:
+    route = "/v1/token-classification"
+    both = client.post(route, json={"inputs": "paris", "words": ["paris"]})
+    assert_error(both, 422, "validation_error", "exactly one")
+    assert_error(client.post(route, json={}), 422, "validation_error", "exactly one")
+    assert_error(client.post(route, json={"words": []}), 422, "validation_error", "words")
+    assert_error(client.post(route, json={"words": [[]]}), 422, "validation_error", "words")
+    assert_error(client.post(route, json={"words": ["paris", ""]}), 422, "validation_error", "words")
+    assert_error(client.post(route, json={"words": ["paris", ["in"]]}), 422, "validation_error", "words")
+    for text_only in ({"ignore_labels": []}, {"aggregation_strategy": "none"}):
+        rejected = client.post(route, json={"words": ["paris"], **text_only})
+        assert_error(rejected, 422, "validation_error", *text_only)
+    assert_error(client.post(route, json={"words": ["paris", "  "]}), 400, "bad_request", "word 1")
+    assert_error(client.post(route, json={"words": [["paris"]] * 5}), 413, "payload_too_large", "5 inputs")
+
+
 def test_fill_mask_route(client: TestClient) -> None:
     body = client.post("/v1/fill-mask", json={"inputs": "paris is the [MASK] of [MASK].", "top_k": 3}).json()
     assert len(body["results"]) == 1 and [len(mask) for mask in body["results"][0]] == [3, 3]
@@ -182,7 +216,10 @@ def test_openapi_has_typed_models_with_examples(client: TestClient) -> None:
             error = operation["responses"][status]["content"]["application/json"]["schema"]["$ref"]
             assert error.endswith("ErrorResponse")
         assert schemas[request_model]["examples"] and schemas[response_model]["examples"]
-        assert "inputs" in schemas[request_model]["required"]
+        if request_model == "TokenClassificationRequest":  # exactly one of inputs (texts) and words
+            assert {"inputs", "words"} <= set(schemas[request_model]["properties"])
+        else:
+            assert "inputs" in schemas[request_model]["required"]
     assert spec["paths"]["/v1/models"]["get"]["responses"]["200"]["content"]["application/json"]["schema"][
         "$ref"
     ].endswith("ModelsResponse")

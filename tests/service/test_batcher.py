@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
 import random
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -10,7 +13,13 @@ import pytest
 from service.batcher import Batcher, BatchPolicy, choose_rows
 from service.errors import InferenceError, NotReady, Overloaded, PayloadTooLarge, RequestTimeout
 from service.runtime import Worker
+from service.settings import Settings
 from tests.service.fakes import EchoRunner, seq
+
+
+def limits(**overrides: Any) -> BatchPolicy:
+    """The service's default policy with ``overrides``; no call overhead (full batches) unless one is given."""
+    return dataclasses.replace(BatchPolicy.from_settings(Settings()), **{"overhead_tokens": math.inf, **overrides})
 
 
 class Harness:
@@ -27,7 +36,7 @@ class Harness:
 
 
 def make(policy: BatchPolicy | None = None, runner: EchoRunner | None = None, start: bool = True) -> Harness:
-    harness = Harness(policy or BatchPolicy(max_wait_s=0.001), runner or EchoRunner())
+    harness = Harness(policy or limits(max_wait_s=0.001), runner or EchoRunner())
     if start:
         harness.worker.start()
     return harness
@@ -41,7 +50,7 @@ async def wait_until(condition, timeout: float = 5.0) -> None:  # type: ignore[n
 
 
 def test_many_concurrent_submitters_each_get_their_own_rows_back() -> None:
-    policy = BatchPolicy(max_batch_tokens=256, max_batch_size=8, max_wait_s=0.002)
+    policy = limits(max_batch_tokens=256, max_batch_size=8, max_wait_s=0.002)
     harness = make(policy)
     rng = random.Random(0)
 
@@ -69,7 +78,7 @@ def test_many_concurrent_submitters_each_get_their_own_rows_back() -> None:
 
 
 def test_batches_respect_the_token_budget_and_size_unless_one_row_exceeds_it() -> None:
-    policy = BatchPolicy(max_batch_tokens=40, max_batch_size=6, max_wait_s=0.005)
+    policy = limits(max_batch_tokens=40, max_batch_size=6, max_wait_s=0.005)
     harness = make(policy, start=False)
     rng = random.Random(1)
     lengths = [rng.randint(1, 30) for _ in range(120)] + [55, 70]
@@ -93,7 +102,7 @@ def test_batches_respect_the_token_budget_and_size_unless_one_row_exceeds_it() -
 
 
 def test_rows_are_grouped_by_length_and_sorted_within_a_batch() -> None:
-    policy = BatchPolicy(max_batch_tokens=10_000, max_batch_size=4, max_wait_s=0.0)
+    policy = limits(max_batch_tokens=10_000, max_batch_size=4, max_wait_s=0.0)
     harness = make(policy, start=False)
     lengths = [3, 40, 4, 41, 5, 42, 6, 43]  # interleaved short and long rows, oldest first
 
@@ -140,7 +149,7 @@ def test_choose_rows_splits_very_different_lengths_when_padding_costs_more_than_
 
 
 def test_max_wait_lets_rows_arriving_soon_after_join_the_batch() -> None:
-    harness = make(BatchPolicy(max_batch_tokens=1000, max_batch_size=8, max_wait_s=0.2))
+    harness = make(limits(max_batch_tokens=1000, max_batch_size=8, max_wait_s=0.2))
 
     async def main() -> None:
         first = asyncio.ensure_future(harness.batcher.run([seq([1, 2])]))
@@ -157,7 +166,7 @@ def test_max_wait_lets_rows_arriving_soon_after_join_the_batch() -> None:
 
 def test_cancelled_requests_never_reach_the_model() -> None:
     gate = threading.Event()
-    harness = make(BatchPolicy(max_batch_tokens=1000, max_batch_size=1, max_wait_s=0.0), EchoRunner(gate=gate))
+    harness = make(limits(max_batch_tokens=1000, max_batch_size=1, max_wait_s=0.0), EchoRunner(gate=gate))
 
     async def main() -> None:
         blocker = asyncio.ensure_future(harness.batcher.run([seq([1])]))
@@ -184,7 +193,7 @@ def test_cancelled_requests_never_reach_the_model() -> None:
 
 def test_timeout_fails_with_request_timeout_and_the_rows_are_dropped() -> None:
     gate = threading.Event()
-    harness = make(BatchPolicy(max_batch_size=1, max_wait_s=0.0), EchoRunner(gate=gate))
+    harness = make(limits(max_batch_size=1, max_wait_s=0.0), EchoRunner(gate=gate))
 
     async def main() -> None:
         blocker = asyncio.ensure_future(harness.batcher.run([seq([1])]))
@@ -205,7 +214,7 @@ def test_timeout_fails_with_request_timeout_and_the_rows_are_dropped() -> None:
 
 def test_full_queue_is_overloaded_with_retry_after() -> None:
     gate = threading.Event()
-    harness = make(BatchPolicy(max_batch_size=1, max_wait_s=0.0, max_queue=3), EchoRunner(gate=gate))
+    harness = make(limits(max_batch_size=1, max_wait_s=0.0, max_queue=3), EchoRunner(gate=gate))
 
     async def main() -> None:
         running = asyncio.ensure_future(harness.batcher.run([seq([1])]))
@@ -231,7 +240,7 @@ def test_full_queue_is_overloaded_with_retry_after() -> None:
 def test_a_failing_batch_fails_only_its_requests_and_the_worker_keeps_serving() -> None:
     gate = threading.Event()
     runner = EchoRunner(gate=gate, poison=13)
-    harness = make(BatchPolicy(max_batch_tokens=1000, max_batch_size=2, max_wait_s=0.0), runner)
+    harness = make(limits(max_batch_tokens=1000, max_batch_size=2, max_wait_s=0.0), runner)
 
     async def main() -> None:
         first = asyncio.ensure_future(harness.batcher.run([seq([1])]))
@@ -271,7 +280,7 @@ class DyingRunner(EchoRunner):
 
 
 def test_a_dead_worker_fails_pending_requests_and_reports_not_alive() -> None:
-    harness = make(BatchPolicy(max_batch_size=1, max_wait_s=0.0), DyingRunner())
+    harness = make(limits(max_batch_size=1, max_wait_s=0.0), DyingRunner())
 
     async def main() -> None:
         assert int((await harness.batcher.run([seq([5])]))[0]["total"]) == 5
@@ -290,7 +299,7 @@ def test_a_dead_worker_fails_pending_requests_and_reports_not_alive() -> None:
 
 
 def test_close_with_drain_finishes_queued_work_and_then_refuses() -> None:
-    harness = make(BatchPolicy(max_batch_size=2, max_wait_s=0.0), start=False)
+    harness = make(limits(max_batch_size=2, max_wait_s=0.0), start=False)
 
     async def main() -> None:
         pending = [harness.batcher.submit([seq([n])]) for n in range(1, 6)]
@@ -305,3 +314,14 @@ def test_close_with_drain_finishes_queued_work_and_then_refuses() -> None:
         asyncio.run(main())
     finally:
         harness.stop()
+
+
+def test_policy_takes_every_limit_from_the_settings() -> None:
+    settings = Settings(max_batch_tokens=100, max_batch_size=3, max_wait_ms=5, max_queue=9, batch_overhead_tokens=7)
+    policy = BatchPolicy.from_settings(settings)
+    assert (policy.max_batch_tokens, policy.max_batch_size, policy.max_wait_s, policy.max_queue) == (100, 3, 0.005, 9)
+    assert policy.overhead_tokens == 7 and policy.lookahead >= policy.max_batch_size
+    assert BatchPolicy.from_settings(settings, max_batch_tokens=50).max_batch_tokens == 50
+    defaults, default_settings = BatchPolicy.from_settings(Settings()), Settings()
+    assert defaults.max_wait_s == default_settings.max_wait_ms / 1000
+    assert defaults.overhead_tokens == default_settings.batch_overhead_tokens

@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
+from tokenizers import Tokenizer
 
-from model_export.bundle import TASK_OUTPUTS
-from service.runtime import TOKEN_LEVEL_OUTPUTS, OrtRunner, pad_rows, split_rows
+from model_export.onnx_io import pad_token_rows
+from model_export.tasks import TASKS
+from service.engine import token_output_width
+from service.runtime import OrtRunner, split_rows
 from tests.service.fakes import seq
 from tests.service.tiny_models import TinyModel
 
@@ -12,7 +15,7 @@ from tests.service.tiny_models import TinyModel
 def test_pad_rows_pads_ids_masks_and_types() -> None:
     rows = [seq([5, 6, 7]), seq([8])]
     rows[0].token_type_ids[2] = 1
-    batch = pad_rows(rows, pad_token_id=0)
+    batch = pad_token_rows(rows, pad_token_id=0)
     np.testing.assert_array_equal(batch.input_ids, [[5, 6, 7], [8, 0, 0]])
     np.testing.assert_array_equal(batch.attention_mask, [[1, 1, 1], [1, 0, 0]])
     np.testing.assert_array_equal(batch.token_type_ids, [[0, 0, 1], [0, 0, 0]])
@@ -30,20 +33,31 @@ def test_split_rows_cuts_token_level_outputs_only() -> None:
 
 
 def test_token_level_table_covers_every_bundle_task() -> None:
-    for task, outputs in TASK_OUTPUTS.items():
-        assert TOKEN_LEVEL_OUTPUTS[task] <= set(outputs)
+    for spec in TASKS.values():
+        assert spec.token_level <= set(spec.outputs)
+        axes = spec.dynamic_axes()
+        assert all((1 in axes[name]) == spec.is_token_level(name) for name in spec.outputs)
+
+
+def test_token_output_width_reads_the_graph_shapes(tiny_models: dict[str, TinyModel]) -> None:
+    widths = {}
+    for task in ("fill-mask", "token-classification", "text-classification"):
+        runner = OrtRunner(tiny_models[task].bundle / "model.onnx", TASKS[task].outputs, intra_op_threads=1)
+        widths[task] = token_output_width(runner, TASKS[task].token_level)
+    vocabulary = Tokenizer.from_file(str(tiny_models["fill-mask"].bundle / "tokenizer.json")).get_vocab_size()
+    assert widths == {"fill-mask": vocabulary, "token-classification": 9, "text-classification": 0}
 
 
 def test_padded_batch_outputs_match_each_row_run_alone(tiny_models: dict[str, TinyModel]) -> None:
     rng = np.random.default_rng(0)
     for task in ("token-classification", "text-classification", "question-answering"):
         bundle = tiny_models[task].bundle
-        outputs = TASK_OUTPUTS[task]
+        outputs = TASKS[task].outputs
         runner = OrtRunner(bundle / "model.onnx", outputs, intra_op_threads=1)
         rows = [seq([2, *rng.integers(10, 300, size=n).tolist(), 3]) for n in (1, 17, 5, 30)]
-        batched = split_rows(runner.run(pad_rows(rows, 0)), [len(r) for r in rows], TOKEN_LEVEL_OUTPUTS[task])
+        batched = split_rows(runner.run(pad_token_rows(rows, 0)), [len(r) for r in rows], TASKS[task].token_level)
         for row, got in zip(rows, batched, strict=True):
-            alone = runner.run(pad_rows([row], 0))
+            alone = runner.run(pad_token_rows([row], 0))
             for name in outputs:
                 expected = alone[name][0]
                 assert got[name].shape == expected.shape

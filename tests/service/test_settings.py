@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from service.__main__ import main, settings_from_args
+from service.__main__ import build_parser, main, settings_from_args
 from service.settings import Settings, discover_bundles
 from tests.service.tiny_models import TinyModel
 
@@ -91,3 +91,32 @@ def test_sigterm_turns_readiness_off_before_uvicorn_drains() -> None:
     server.handle_exit(signal.SIGTERM, None)
     assert app.state.registry.shutting_down and server.should_exit
     assert settings_from_args(["--access-log"]).access_log and not settings_from_args([]).access_log
+
+
+def test_every_setting_has_a_flag_whose_help_shows_its_default_and_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps help at the terminal width
+    parser = build_parser()
+    flags = {action.dest: action.option_strings for action in parser._actions}
+    text = " ".join(parser.format_help().split())
+    for name, field in Settings.model_fields.items():
+        assert name in flags, f"setting {name} has no flag"
+        assert field.description, f"setting {name} has no description (the flag's help)"
+        default = field.get_default(call_default_factory=True)
+        shown = "none" if default in (None, []) else str(default)
+        assert f"(default: {shown}; env BERTSERVE_{name.upper()})" in text, name
+    assert flags["models_dir"] == ["--models", "--models-dir"] and flags["models"] == ["--model"]
+    assert flags["prepare_inline_chars"] == ["--prepare-inline-chars"]
+    assert set(flags) - {"help"} == set(Settings.model_fields)
+
+
+def test_only_given_flags_override_and_each_reaches_its_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BERTSERVE_PREPARE_INLINE_CHARS", "7")
+    monkeypatch.setenv("BERTSERVE_ACCESS_LOG", "true")
+    assert settings_from_args([]).prepare_inline_chars == 7
+    assert settings_from_args(["--prepare-inline-chars", "5"]).prepare_inline_chars == 5
+    settings = settings_from_args(
+        ["--models-dir", "/m", "--model", "a=/a", "--model", "b=/b", "--log-level", "debug", "--no-access-log"]
+    )
+    assert (settings.models_dir, settings.models, settings.log_level) == (Path("/m"), ["a=/a", "b=/b"], "debug")
+    assert settings.access_log is False
+    assert main(["--max-batch-size", "0"]) == 2

@@ -13,12 +13,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-TASK_ARCHITECTURES = {
-    "text-classification": "BertForSequenceClassification",
-    "token-classification": "BertForTokenClassification",
-    "question-answering": "BertForQuestionAnswering",
-    "fill-mask": "BertForMaskedLM",
-}
+from model_export.tasks import TASKS
+
+SERVED_TASKS = ("text-classification", "token-classification", "question-answering", "fill-mask")
+TASK_ARCHITECTURES = {task: TASKS[task].architecture for task in SERVED_TASKS}
 CLASSIFICATION_LABELS = ["negative", "neutral", "positive"]
 NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-MISC", "I-MISC"]
 MAX_LENGTH = 128
@@ -117,12 +115,12 @@ def export_with_torch(task: str, checkpoint: Path, folder: Path) -> None:
     import torch
     import transformers
 
-    from model_export.bundle import TASK_OUTPUTS, BundleSpec, write_spec
+    from model_export.bundle import BundleSpec, write_spec
 
     folder.mkdir(parents=True, exist_ok=True)
     model = getattr(transformers, TASK_ARCHITECTURES[task]).from_pretrained(checkpoint, attn_implementation="eager")
     model.eval()
-    outputs = TASK_OUTPUTS[task]
+    outputs = TASKS[task].outputs
 
     class Wrapper(torch.nn.Module):
         def __init__(self) -> None:

@@ -185,6 +185,28 @@ def test_non_bert_model_type_is_named(tmp_path: Path) -> None:
     assert str(folder) in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(b"{broken", "not valid JSON"), (b'{"model_type": "\xff"}', "not valid JSON"), (b"[1]", "expected a JSON object")],
+)
+def test_unreadable_config_json_is_named(tmp_path: Path, content: bytes, problem: str) -> None:
+    folder = tmp_path / "bad-config"
+    folder.mkdir()
+    (folder / "config.json").write_bytes(content)
+    with pytest.raises(CheckpointError, match=problem) as raised:
+        load_config(folder)
+    assert str(folder / "config.json") in str(raised.value)
+
+
+def test_unreadable_shard_index_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "bad-index"
+    write_config(folder)
+    (folder / "model.safetensors.index.json").write_text("{broken")
+    with pytest.raises(CheckpointError, match="not valid JSON") as raised:
+        load_model(folder)
+    assert str(folder / "model.safetensors.index.json") in str(raised.value)
+
+
 def test_unexpected_keys_are_refused(save_hf_bert: SaveHfBert) -> None:
     _, folder = save_hf_bert("BertForSequenceClassification")
     state = load_file(folder / "model.safetensors")

@@ -168,7 +168,72 @@ def test_collate_pads_tokens_and_stacks_single_labels() -> None:
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch["labels"].tolist() == [1, 0]
     token_batch = collate(
-        [{"input_ids": [2, 3], "labels": [-100, -100]}, {"input_ids": [2, 5, 3], "labels": [-100, 4, -100]}]
+        [{"input_ids": [2, 3], "labels": [-100, -100]}, {"input_ids": [2, 5, 3], "labels": [-100, 4, -100]}],
+        pad_token_id=0,
     )
     assert token_batch["labels"].tolist() == [[-100, -100, -100], [-100, 4, -100]]
     assert token_batch["labels"].dtype == torch.long
+    assert "token_type_ids" not in token_batch  # only the keys the features have, plus attention_mask
+
+
+def collate_as_before(features: list[dict[str, list[int]]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """The torch-only collate that the pad_rows one replaced: the reference its output must equal bit for bit."""
+    longest = max(len(f["input_ids"]) for f in features)
+    pad_values = {"input_ids": pad_token_id, "labels": IGNORE_INDEX, "special_tokens_mask": 1}
+    batch: dict[str, torch.Tensor] = {}
+    for key in features[0]:
+        if all(len(f[key]) == len(f["input_ids"]) for f in features):
+            pad = pad_values.get(key, 0)
+            batch[key] = torch.tensor([f[key] + [pad] * (longest - len(f[key])) for f in features], dtype=torch.long)
+        else:
+            batch[key] = torch.tensor([f[key][0] for f in features], dtype=torch.long)
+    lengths = torch.tensor([len(f["input_ids"]) for f in features])
+    batch["attention_mask"] = (torch.arange(longest)[None, :] < lengths[:, None]).long()
+    return batch
+
+
+@pytest.mark.parametrize("pad_token_id", [0, 7])
+def test_collate_is_unchanged_by_padding_through_pad_rows(pad_token_id: int) -> None:
+    mlm = [
+        {"input_ids": [2, 10, 11, 3], "token_type_ids": [0, 0, 1, 1], "special_tokens_mask": [1, 0, 0, 1]},
+        {"input_ids": [2, 3], "token_type_ids": [0, 0], "special_tokens_mask": [1, 1]},
+        {"input_ids": [2, 12, 13, 14, 3], "token_type_ids": [0, 0, 0, 1, 1], "special_tokens_mask": [1, 0, 0, 0, 1]},
+    ]
+    tagged = [
+        {"input_ids": [2, 20, 3], "token_type_ids": [0, 0, 0], "labels": [-100, 1, -100]},
+        {"input_ids": [2, 21, 22, 23, 3], "token_type_ids": [0] * 5, "labels": [-100, 0, -100, 2, -100]},
+    ]
+    qa = [
+        {"input_ids": [2, 30, 3, 31, 32, 3], "token_type_ids": [0, 0, 0, 1, 1, 1], "start_positions": [3],
+         "end_positions": [4]},
+        {"input_ids": [2, 30, 3, 33, 3], "token_type_ids": [0, 0, 0, 1, 1], "start_positions": [0],
+         "end_positions": [0]},
+    ]  # fmt: skip
+    for features in (mlm, tagged, qa):
+        actual, expected = collate(features, pad_token_id), collate_as_before(features, pad_token_id)
+        assert list(actual) == list(expected)
+        for key, tensor in expected.items():
+            assert actual[key].dtype == torch.long and actual[key].shape == tensor.shape, key
+            assert torch.equal(actual[key], tensor), key
+            assert actual[key].is_contiguous()
+
+
+def test_collate_pads_input_ids_with_the_given_pad_id_and_other_keys_with_their_own() -> None:
+    features = [
+        {"input_ids": [2, 7, 3], "token_type_ids": [0, 1, 1], "labels": [5, 6, 7], "special_tokens_mask": [1, 0, 1]},
+        {"input_ids": [2, 3], "token_type_ids": [0, 0], "labels": [5, 7], "special_tokens_mask": [1, 1]},
+    ]
+    batch = collate(features, pad_token_id=9)
+    assert batch["input_ids"].tolist() == [[2, 7, 3], [2, 3, 9]]
+    assert batch["token_type_ids"].tolist() == [[0, 1, 1], [0, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert batch["labels"].tolist() == [[5, 6, 7], [5, 7, IGNORE_INDEX]]
+    assert batch["special_tokens_mask"].tolist() == [[1, 0, 1], [1, 1, 1]]
+
+
+def test_collate_needs_a_pad_id_and_a_feature() -> None:
+    features = [{"input_ids": [2, 3], "token_type_ids": [0, 0]}]
+    with pytest.raises(TypeError):
+        collate(features)  # type: ignore[call-arg]  # no silent default of 0: the caller names the tokenizer's pad id
+    with pytest.raises(ValueError, match="at least one feature"):
+        collate([], pad_token_id=0)

@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from model_export.tasks import TASKS
 from tests.training.conftest import TINY_BERT_CONFIG, max_abs_difference
 from training.checkpoint import load_model
-from training.model import ARCHITECTURES, TASK_ARCHITECTURES, BertConfig, BertForMaskedLM
+from training.model import ARCHITECTURES, BertConfig, BertForMaskedLM, BertForPreTraining, masked_lm_loss
 
 PARITY_TOLERANCE = 1e-5
 SaveHfBert = Callable[..., tuple[nn.Module, Path]]
@@ -205,6 +207,40 @@ def test_config_overrides_and_defaults_follow_transformers() -> None:
         base.with_overrides(problem_type="ranking")
 
 
-def test_every_task_names_a_known_architecture() -> None:
-    assert set(TASK_ARCHITECTURES.values()) <= set(ARCHITECTURES)
+def test_every_architecture_of_the_task_table_can_be_built() -> None:
+    for spec in TASKS.values():
+        assert spec.architecture in ARCHITECTURES, spec.name
+        assert spec.sources <= set(ARCHITECTURES), spec.name
+        assert spec.detect_from <= set(ARCHITECTURES), spec.name
     assert set(ARCHITECTURES) == set(PARITY_CASES)
+
+
+def test_masked_lm_loss_is_torchs_mean_cross_entropy_over_labelled_positions() -> None:
+    generator = torch.Generator().manual_seed(7)
+    logits = torch.randn(3, 6, 11, generator=generator)
+    labels = torch.randint(0, 11, (3, 6), generator=generator)
+    labels[torch.rand(3, 6, generator=generator) < 0.5] = -100
+    labels[0, 0] = 4  # at least one labelled position
+    expected = F.cross_entropy(logits.view(-1, 11), labels.view(-1))  # torch's ignore_index=-100 mean
+    torch.testing.assert_close(masked_lm_loss(logits, labels), expected)
+
+
+def test_masked_lm_loss_without_labelled_positions_is_a_differentiable_zero() -> None:
+    logits = torch.randn(2, 5, 11, requires_grad=True)
+    loss = masked_lm_loss(logits, torch.full((2, 5), -100))
+    assert torch.isfinite(loss) and loss.item() == 0.0
+    loss.backward()
+    assert logits.grad is not None and torch.equal(logits.grad, torch.zeros_like(logits))
+
+
+@pytest.mark.parametrize("architecture", [BertForMaskedLM, BertForPreTraining])
+def test_mlm_heads_report_a_finite_loss_for_a_batch_with_nothing_masked(
+    architecture: type[nn.Module], padded_batch: dict[str, torch.Tensor]
+) -> None:
+    torch.manual_seed(0)
+    model = architecture(BertConfig(**TINY_BERT_CONFIG))
+    unmasked = torch.full_like(padded_batch["input_ids"], -100)
+    outputs = model(**padded_batch, labels=unmasked)
+    assert torch.isfinite(outputs["loss"]) and outputs["loss"].item() == 0.0  # no NSP label: the MLM part only
+    outputs["loss"].backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

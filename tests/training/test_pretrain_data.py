@@ -98,3 +98,25 @@ def test_corpus_features_and_too_small_corpus(tmp_path: Path, tiny_wordpiece) ->
     corpus.write_text("Only one document here. With two sentences.\n")
     with pytest.raises(DataError, match=str(corpus)):
         corpus_to_nsp_features(corpus, tiny_wordpiece, max_length=32, seed=0)
+
+
+def test_mlm_collator_pads_with_the_tokenizers_pad_id_or_the_one_it_is_given(tiny_wordpiece) -> None:
+    features = [
+        {"input_ids": [2, 10, 11, 3], "token_type_ids": [0] * 4, "special_tokens_mask": [1, 0, 0, 1]},
+        {"input_ids": [2, 3], "token_type_ids": [0] * 2, "special_tokens_mask": [1, 1]},
+    ]
+    default = MlmCollator(tiny_wordpiece, mlm_probability=0.0)
+    assert default.pad_token_id == tiny_wordpiece.token_to_id("[PAD]")
+    assert default(features)["input_ids"][1, 2:].tolist() == [default.pad_token_id] * 2
+    given = MlmCollator(tiny_wordpiece, pad_token_id=7, mlm_probability=0.0)
+    batch = given(features)
+    assert batch["input_ids"][1, 2:].tolist() == [7, 7]
+    assert batch["labels"][1, 2:].tolist() == [IGNORE_INDEX, IGNORE_INDEX]
+
+
+def test_mlm_collator_refuses_a_tokenizer_without_a_pad_token() -> None:
+    from tokenizers import Tokenizer, models
+
+    vocab = {token: index for index, token in enumerate(["[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])}
+    with pytest.raises(DataError, match=r"\[PAD\]"):
+        MlmCollator(Tokenizer(models.WordPiece(vocab, unk_token="[UNK]")))

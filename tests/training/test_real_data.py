@@ -7,15 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.datasets import DataDirNotFound, shared_data_dir
 from training.data import read_classification_rows, read_tagged_sentences, read_text_lines
 from training.metrics import chunks
 from training.squad import parse_article_range, read_squad
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data")
+try:
+    DATA = shared_data_dir()  # $BERTSERVE_DATA_DIR, else shared/data above the working directory
+except DataDirNotFound:
+    DATA = Path("shared-data-not-found")  # the skipif below skips the module
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not DATA.is_dir(), reason="shared real data not present")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not DATA.is_dir(), reason="no shared data: set BERTSERVE_DATA_DIR")]
 
 
 def test_glue_files_read_as_they_are() -> None:

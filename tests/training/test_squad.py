@@ -4,11 +4,10 @@ import itertools
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from training.data import DataError
-from training.squad import SquadExample, decode_answers, parse_article_range, read_squad, window_examples
+from training.squad import SquadExample, parse_article_range, read_squad, window_examples
 
 CONTEXT = (
     "The quick brown fox jumps over the lazy dog. Peter Blackburn visited Brussels on Monday. "
@@ -29,6 +28,19 @@ def write_squad(path: Path, articles: int, impossible: bool = False) -> None:
             qa.update(is_impossible=True, answers=[])
         data.append({"title": f"t{a}", "paragraphs": [{"context": CONTEXT, "qas": [qa]}]})
     path.write_text(json.dumps({"version": "2.0" if impossible else "1.1", "data": data}))
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(None, "no such file"), ("{broken", "not valid JSON"), ('[{"data": []}]', "expected a JSON object")],
+)
+def test_unreadable_squad_files_are_named(tmp_path: Path, content: str | None, problem: str) -> None:
+    path = tmp_path / "squad.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(DataError, match=problem) as raised:
+        read_squad(path)
+    assert str(path) in str(raised.value)
 
 
 def test_read_squad_article_range_and_v2(tmp_path: Path) -> None:
@@ -89,27 +101,3 @@ def test_too_small_window_is_a_data_error(tiny_wordpiece) -> None:
     with pytest.raises(DataError, match="--doc-stride"):
         window_examples([make_example("Peter Blackburn")], tiny_wordpiece, max_length=24, doc_stride=16)
 
-
-def test_decode_takes_best_valid_span_across_windows(tiny_wordpiece) -> None:
-    examples = [make_example("river bank near the old mill", "x"), make_example("Peter Blackburn", "y")]
-    windows = window_examples(examples, tiny_wordpiece, max_length=32, doc_stride=8, max_query_length=16)
-    start_logits, end_logits = [], []
-    for window in windows:
-        length = len(window.feature["input_ids"])
-        starts, ends = np.zeros(length), np.zeros(length)
-        start, end = window.feature["start_positions"][0], window.feature["end_positions"][0]
-        if start:
-            starts[start], ends[end] = 5.0, 5.0
-            # A higher-scoring but invalid span (end before start) must be skipped.
-            if start > window.context_offsets.index(next(o for o in window.context_offsets if o)):
-                ends[start - 1] = 9.0
-        starts[0] = ends[0] = 4.0
-        start_logits.append(starts)
-        end_logits.append(ends)
-    predictions = decode_answers(examples, windows, start_logits, end_logits)
-    assert predictions == {"x": "river bank near the old mill", "y": "Peter Blackburn"}
-    assert decode_answers(examples, windows, start_logits, end_logits, max_answer_length=2)["x"] != predictions["x"]
-    # With v2.0 decoding, a [CLS] score above every span means "no answer".
-    for starts, ends in zip(start_logits, end_logits, strict=True):
-        starts[0] = ends[0] = 50.0
-    assert decode_answers(examples, windows, start_logits, end_logits, allow_impossible=True) == {"x": "", "y": ""}

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer
 
-from training.tokenizer import load_tokenizer, save_tokenizer, train_wordpiece
+from model_export.files import read_json, token_text, tokenizer_settings
+from training.tokenizer import load_tokenizer, pad_token_id_of, save_tokenizer, train_wordpiece
 
 TEXTS = [
     "Hello, World! Café déjà vu — a naïve Straße.",
@@ -186,3 +187,72 @@ def test_trained_wordpiece_has_bert_special_tokens_and_casing(lowercase: bool, t
 def test_folder_without_vocab_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="vocab"):
         load_tokenizer(tmp_path)
+
+
+def added_token(content: str) -> dict[str, Any]:
+    """A special token as transformers serialises an AddedToken into tokenizer_config.json."""
+    return {"content": content, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
+
+
+def test_token_text_reads_strings_added_token_dicts_and_absent_settings() -> None:
+    assert token_text("<pad>", "[PAD]") == "<pad>"
+    assert token_text(added_token("<pad>"), "[PAD]") == "<pad>"
+    assert token_text({"lstrip": False}, "[PAD]") == "[PAD]"
+    assert token_text(None, "[PAD]") == "[PAD]"
+
+
+class FolderError(RuntimeError):
+    """Stands in for a caller's own error class (CheckpointError, ExportError, DataError)."""
+
+
+def test_read_json_names_the_file_and_raises_the_callers_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    assert read_json(path, optional=True) == {}
+    with pytest.raises(FolderError, match=r"config\.json: no such JSON file") as missing:
+        read_json(path, error=FolderError)
+    assert str(path) in str(missing.value)
+    path.write_text('{"a": 1}', encoding="utf-8")
+    assert read_json(path) == {"a": 1}
+    for content, problem in (("{nope", "not valid JSON"), ("[1, 2]", "expected a JSON object")):
+        path.write_text(content, encoding="utf-8")
+        with pytest.raises(FolderError, match=problem) as raised:
+            read_json(path, error=FolderError)
+        assert str(path) in str(raised.value) and "\n" not in str(raised.value)
+        with pytest.raises(ValueError, match=problem):
+            read_json(path, optional=True)
+    path.write_bytes(b'{"a": "\xff"}')
+    with pytest.raises(ValueError, match="not valid JSON"):
+        read_json(path)
+
+
+def test_tokenizer_config_wins_over_special_tokens_map(tmp_path: Path) -> None:
+    (tmp_path / "special_tokens_map.json").write_text(json.dumps({"pad_token": "<map>", "unk_token": "<unk>"}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"pad_token": added_token("<config>")}))
+    settings = tokenizer_settings(tmp_path)
+    assert token_text(settings["pad_token"], "[PAD]") == "<config>" and settings["unk_token"] == "<unk>"
+    assert tokenizer_settings(tmp_path / "absent") == {}
+
+
+def test_vocab_folder_with_renamed_pad_token_pads_with_that_token(tmp_path: Path) -> None:
+    tokens = ["[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "fox", "<pad>"]
+    (tmp_path / "vocab.txt").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"pad_token": added_token("<pad>")}))
+    tokenizer = load_tokenizer(tmp_path)
+    assert tokenizer.token_to_id("[PAD]") is None
+    assert pad_token_id_of(tokenizer, tmp_path) == tokens.index("<pad>")
+    with pytest.raises(ValueError, match=r"\[PAD\]"):
+        pad_token_id_of(tokenizer)  # without the folder: the default [PAD], which this vocabulary lacks
+
+
+def test_pad_token_id_defaults_to_the_pad_token(tiny_wordpiece: Tokenizer, tmp_path: Path) -> None:
+    assert pad_token_id_of(tiny_wordpiece) == tiny_wordpiece.token_to_id("[PAD]")
+    assert pad_token_id_of(tiny_wordpiece, tmp_path) == tiny_wordpiece.token_to_id("[PAD]")  # no tokenizer files
+
+
+@pytest.mark.parametrize(("content", "problem"), [("{broken", "not valid JSON"), ('["a"]', "expected a JSON object")])
+def test_bad_tokenizer_config_is_named(cased_vocab: Path, tmp_path: Path, content: str, problem: str) -> None:
+    shutil.copy(cased_vocab, tmp_path / "vocab.txt")
+    (tmp_path / "tokenizer_config.json").write_text(content)
+    with pytest.raises(ValueError, match=problem) as raised:
+        load_tokenizer(tmp_path)
+    assert "tokenizer_config.json" in str(raised.value)

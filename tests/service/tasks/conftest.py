@@ -1,7 +1,7 @@
 """Tiny random BERTs, a trained WordPiece tokenizer and the transformers pipelines as oracles.
 
 The handlers are run the way the engine runs them: ``prepare`` -> the torch model on every
-``Sequence`` on its own (unpadded) -> ``postprocess``. transformers is the test-only oracle.
+``ModelRow`` on its own (unpadded) -> ``postprocess``. transformers is the test-only oracle.
 """
 
 from __future__ import annotations

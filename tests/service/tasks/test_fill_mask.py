@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from service.tasks import HANDLERS, FillMaskHandler, FillMaskParams, InputError
+from service.tasks import HANDLERS, FillMaskParams, InputError
 from tests.service.tasks.conftest import TaskFixture, assert_same
 
 TEXTS = [
@@ -46,8 +48,9 @@ def test_matches_pipeline(fill_mask: TaskFixture, params: FillMaskParams) -> Non
 
 def test_without_clean_up_tokenization_spaces_matches_a_tokenizer_that_does_not_set_it(fill_mask: TaskFixture) -> None:
     text = "Geneva's bankers didn't [MASK] about it ."
-    handler = FillMaskHandler(clean_up_tokenization_spaces=False)
-    (ours,) = fill_mask.run(handler, [text], FillMaskParams())
+    uncleaned = copy.copy(fill_mask)
+    uncleaned.ctx = replace(fill_mask.ctx, clean_up_tokenization_spaces=False)
+    (ours,) = uncleaned.run(HANDLERS["fill-mask"], [text], FillMaskParams())
     (cleaned,) = fill_mask.run(HANDLERS["fill-mask"], [text], FillMaskParams())
     tokenizer = fill_mask.pipeline.tokenizer
     tokenizer.clean_up_tokenization_spaces = False

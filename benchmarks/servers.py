@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import REPO_ROOT
 
 log = logging.getLogger(__name__)
 OFFLINE_ENV = {"ORT_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -97,7 +97,7 @@ def bertserve_command(models: dict[str, Path], port: int) -> list[str]:
 
 def naive_command(port: int) -> list[str]:
     return [
-        sys.executable, "-m", "uvicorn", "tests.benchmarks.naive_app:app",
+        sys.executable, "-m", "uvicorn", "benchmarks.naive_app:app",
         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
     ]
 

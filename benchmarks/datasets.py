@@ -1,4 +1,14 @@
-"""Readers for the shared evaluation data (../shared/data): the same inputs feed load, raw ORT and accuracy."""
+"""Readers for the shared evaluation data: the same inputs feed load, raw ORT, accuracy and speed.py.
+
+Where the data is (the one place that decides it, ``shared_data_dir``):
+
+1. ``$BERTSERVE_DATA_DIR`` when it is set (the folder holding ``sst2/``, ``rte/``, ``squad/``, ``conll2003/``);
+2. otherwise the first ``shared/data`` folder found walking up from the current working directory
+   (``make bench`` runs from the repository root, so a ``shared/`` beside or above the clone is found).
+
+A folder that does not exist is an error that says to set ``BERTSERVE_DATA_DIR``; nothing is looked up
+relative to this file.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +18,34 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]  # where the benchmarks run commands and keep runs/, not the data
+DATA_DIR_ENV = "BERTSERVE_DATA_DIR"
+DEFAULT_DATA_SUBDIR = Path("shared") / "data"
+
+
+class DataDirNotFound(FileNotFoundError):
+    """The evaluation data folder is missing."""
 
 
 def shared_data_dir() -> Path:
-    """``BERTSERVE_DATA`` or the ``shared/data`` folder beside the clone."""
-    override = os.environ.get("BERTSERVE_DATA")
-    folder = Path(override) if override else REPO_ROOT.parent / "shared" / "data"
-    if not folder.is_dir():
-        raise FileNotFoundError(f"shared data folder {folder} not found (set BERTSERVE_DATA)")
-    return folder
+    """The evaluation data folder: ``$BERTSERVE_DATA_DIR``, else ``shared/data`` in the cwd or a parent of it."""
+    override = os.environ.get(DATA_DIR_ENV)
+    if override:
+        folder = Path(override).expanduser()
+        if not folder.is_dir():
+            raise DataDirNotFound(
+                f"{DATA_DIR_ENV}={override} is not a folder: set {DATA_DIR_ENV} to the evaluation data folder "
+                "(the one holding sst2/, rte/, squad/, conll2003/)"
+            )
+        return folder
+    cwd = Path.cwd()
+    for parent in (cwd, *cwd.parents):
+        if (parent / DEFAULT_DATA_SUBDIR).is_dir():
+            return parent / DEFAULT_DATA_SUBDIR
+    raise DataDirNotFound(
+        f"no {DEFAULT_DATA_SUBDIR} folder in {cwd} or any parent of it: set {DATA_DIR_ENV} to the evaluation data "
+        "folder (the one holding sst2/, rte/, squad/, conll2003/)"
+    )
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import REPO_ROOT
 
 log = logging.getLogger(__name__)
-INFINITY_VENV = REPO_ROOT / "tests" / "benchmarks" / ".venvs" / "infinity"
+INFINITY_VENV = REPO_ROOT / "benchmarks" / ".venvs" / "infinity"
 INFINITY_REQUIREMENT = "infinity-emb[all]==0.0.78"
 # a looser torch lets the resolver pull the multi-GB CUDA build
 TORCH_CONSTRAINT = "torch==2.13.0+cpu"

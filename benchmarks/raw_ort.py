@@ -2,7 +2,8 @@
 
 No HTTP, no queue, no JSON: tokenize every input (as the service would: truncation for classification,
 overflowing windows for question answering), sort the rows by length, pad each batch to its longest row
-and run. Throughput counts inputs (sentences, questions), not rows, as the HTTP runs do.
+and run. Throughput counts inputs (sentences, questions), not rows, as the HTTP runs do. Padding and the
+session come from model_export.onnx_io, as in the service and export validation (pad id from the tokenizer).
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
+
+from model_export.onnx_io import PaddedRows, ort_session, pad_rows, token_id
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 log = logging.getLogger(__name__)
 BATCH_SIZES = (1, 4, 8, 16, 32, 64)
@@ -55,19 +60,21 @@ class RawResult:
 
 
 def open_session(model_path: Path, threads: int | None = None, spin: bool = True) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads or min(2, os.cpu_count() or 1)
-    options.inter_op_num_threads = 1
-    if not spin:
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    """onnx_io's session with ``threads`` intra-op threads (default: min(2, cores)), all graph optimisations."""
+    return ort_session(model_path, threads=threads or min(2, os.cpu_count() or 1), spin=spin)
 
 
-def bundle_tokenizer(bundle: Path, task: str) -> tuple[Tokenizer, int]:
+class BundleTokenizer(NamedTuple):
+    tokenizer: Tokenizer
+    max_length: int
+    pad_id: int  # the id of the bundle's pad token in its tokenizer
+
+
+def bundle_tokenizer(bundle: Path, task: str) -> BundleTokenizer:
     spec = json.loads((bundle / "bundle.json").read_text())
     max_length = int(spec["max_length"])
     tokenizer = Tokenizer.from_file(str(bundle / "tokenizer.json"))
+    pad_id = token_id(tokenizer, (spec.get("special_tokens") or {}).get("pad_token", "[PAD]"))
     tokenizer.no_padding()
     if task == "question-answering":
         # the QA pipeline's (and the service's) default windows
@@ -76,7 +83,7 @@ def bundle_tokenizer(bundle: Path, task: str) -> tuple[Tokenizer, int]:
         tokenizer.enable_truncation(max_length, stride=stride, strategy="only_second")
     else:
         tokenizer.enable_truncation(max_length)
-    return tokenizer, max_length
+    return BundleTokenizer(tokenizer, max_length, pad_id)
 
 
 def encode_rows(tokenizer: Tokenizer, task: str, inputs: list[Any]) -> list[Encoding]:
@@ -91,40 +98,31 @@ def encode_rows(tokenizer: Tokenizer, task: str, inputs: list[Any]) -> list[Enco
     return rows
 
 
-def padded_batches(rows: list[Encoding], batch_size: int) -> list[dict[str, np.ndarray]]:
+def padded_batches(rows: list[Encoding], batch_size: int, pad_id: int) -> list[PaddedRows]:
+    """Rows sorted by length, cut into batches of ``batch_size``, each padded to its longest row."""
     ordered = sorted(rows, key=len)
-    batches = []
-    for start in range(0, len(ordered), batch_size):
-        chunk = ordered[start : start + batch_size]
-        longest = max(len(row) for row in chunk)
-        ids = np.zeros((len(chunk), longest), dtype=np.int64)  # (B, T)
-        mask = np.zeros_like(ids)
-        types = np.zeros_like(ids)
-        for index, row in enumerate(chunk):
-            length = len(row)
-            ids[index, :length] = row.ids
-            mask[index, :length] = 1
-            types[index, :length] = row.type_ids
-        batches.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
-    return batches
+    return [
+        pad_rows([(row.ids, row.type_ids) for row in ordered[start : start + batch_size]], pad_id)
+        for start in range(0, len(ordered), batch_size)
+    ]
 
 
-def padding_waste(batches: list[dict[str, np.ndarray]]) -> float:
-    total = sum(batch["attention_mask"].size for batch in batches)
-    real = sum(int(batch["attention_mask"].sum()) for batch in batches)
+def padding_waste(batches: list[PaddedRows]) -> float:
+    total = sum(batch.attention_mask.size for batch in batches)
+    real = sum(sum(batch.lengths) for batch in batches)
     return 1.0 - real / total if total else 0.0
 
 
 def one_pass(
-    session: ort.InferenceSession, tokenizer: Tokenizer, task: str, inputs: list[Any], batch_size: int
+    session: ort.InferenceSession, tokenizer: BundleTokenizer, task: str, inputs: list[Any], batch_size: int
 ) -> tuple[float, float, int, float]:
     """Tokenize, sort, pad and run every input once: (total s, tokenize s, rows, padding waste)."""
     started = time.perf_counter()
-    rows = encode_rows(tokenizer, task, inputs)
-    batches = padded_batches(rows, batch_size)
+    rows = encode_rows(tokenizer.tokenizer, task, inputs)
+    batches = padded_batches(rows, batch_size, tokenizer.pad_id)
     tokenized = time.perf_counter()
     for batch in batches:
-        session.run(None, batch)
+        session.run(None, batch.feeds)
     return time.perf_counter() - started, tokenized - started, len(rows), padding_waste(batches)
 
 
@@ -141,7 +139,7 @@ def measure(
     requests it has not received yet. QA inputs are several windows each, so their chunks are smaller.
     """
     chunk_inputs, sweep_inputs = (128, 48) if task == "question-answering" else (512, 192)
-    tokenizer, _ = bundle_tokenizer(bundle, task)
+    tokenizer = bundle_tokenizer(bundle, task)
     chunks = [inputs[start : start + chunk_inputs] for start in range(0, len(inputs), chunk_inputs)]
     sample = random.Random(0).sample(inputs, min(sweep_inputs, len(inputs)))
     # the best of both thread-pool modes: spinning wins on an idle machine, sleeping when threads compete

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from tests.benchmarks.datasets import LabelledText, NerSentence, QaExample
+from benchmarks.datasets import LabelledText, NerSentence, QaExample
 
 REQUEST_INPUTS = 16
 CLIENT_THREADS = 4

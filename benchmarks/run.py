@@ -1,4 +1,4 @@
-"""``python -m tests.benchmarks.run`` (``make bench``): throughput, latency and served accuracy in one run.
+"""``python -m benchmarks.run`` (``make bench``): throughput, latency and served accuracy in one run.
 
 Sets up what it needs (wrk check, fine-tuned MiniLM checkpoints via the training CLI, fp32/int8 bundles via
 model_export, the infinity-emb venv), then measures raw onnxruntime, bertserve fp32/int8, a naive transformers
@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tests.benchmarks import accuracy, datasets, loadgen, models, profile, raw_ort, report, servers
-from tests.benchmarks.infinity_setup import ensure_infinity_venv
+from benchmarks import datasets, loadgen, models, profile, raw_ort, report, served_scores, servers
+from benchmarks.infinity_setup import ensure_infinity_venv
 
 log = logging.getLogger("bench")
 RESULTS_DIR = Path(__file__).with_name("results")
@@ -64,7 +64,7 @@ class Bench:
         self.args = args
         self.started = time.monotonic()
         self.results: dict[str, Any] = {
-            "command": "python -m tests.benchmarks.run " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            "command": "python -m benchmarks.run " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": report.machine_facts(),
             "settings": {
@@ -187,7 +187,8 @@ class Bench:
         loadgen.run_wrk(server.base_url + path, bodies, PROFILE_CONCURRENCY, self.args.duration + 1)
         summary = profile.finish_py_spy(spy, out)
         if summary:
-            self.results["profile"] = {"concurrency": PROFILE_CONCURRENCY, "raw_file": str(out), **summary}
+            raw_file = out.relative_to(datasets.REPO_ROOT) if out.is_relative_to(datasets.REPO_ROOT) else out
+            self.results["profile"] = {"concurrency": PROFILE_CONCURRENCY, "raw_file": str(raw_file), **summary}
 
     def run_naive(self) -> None:
         checkpoint = models.ensure_checkpoint("sst2", self.args.train_scale)
@@ -226,22 +227,23 @@ class Bench:
         squad_start = int(models.SQUAD_EVAL_ARTICLES.split(":")[0])
         evaluations = {
             "sst2": ("SST-2 dev", "accuracy",
-                     lambda s: accuracy.classification_accuracy(s, datasets.read_sst2()[:limit])),
+                     lambda s: served_scores.classification_accuracy(s, datasets.read_sst2()[:limit])),
             "rte": ("RTE dev", "accuracy",
-                    lambda s: accuracy.classification_accuracy(s, datasets.read_rte()[:limit])),
-            "conll": ("CoNLL-2003 valid", "f1", lambda s: accuracy.entity_f1(s, datasets.read_conll()[:limit])),
+                    lambda s: served_scores.classification_accuracy(s, datasets.read_rte()[:limit])),
+            "conll": ("CoNLL-2003 valid", "f1", lambda s: served_scores.entity_f1(s, datasets.read_conll()[:limit])),
             "squad": (f"SQuAD v1.1 dev-subset articles {models.SQUAD_EVAL_ARTICLES} (trained on "
                       f"{models.SQUAD_TRAIN_ARTICLES})", "f1",
-                      lambda s: accuracy.squad_scores(s, datasets.read_squad(squad_start)[:limit])),
+                      lambda s: served_scores.squad_scores(s, datasets.read_squad(squad_start)[:limit])),
         }  # fmt: skip
         with servers.running("bertserve-accuracy", command, port, "/health/ready", self.logs_dir) as server:
             for name, (dataset, metric, evaluate) in evaluations.items():
-                scores: dict[str, Any] = {"dataset": dataset, "metric": metric, "published": accuracy.PUBLISHED[name]}
+                published = served_scores.PUBLISHED[name]
+                scores: dict[str, Any] = {"dataset": dataset, "metric": metric, "published": published}
                 scores["training"] = models.training_summary(models.ensure_checkpoint(name, scale))
                 for quantization in models.QUANTIZATIONS:
                     if f"{name}-{quantization}" not in bundles:
                         continue
-                    scores[quantization] = evaluate(accuracy.Served(server.base_url, f"{name}-{quantization}"))
+                    scores[quantization] = evaluate(served_scores.Served(server.base_url, f"{name}-{quantization}"))
                     log.info("accuracy %s %s: %s", name, quantization, scores[quantization])
                 self.results["accuracy"][name] = scores
                 self.save()
@@ -294,7 +296,7 @@ def csv_list(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.run", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds measured per concurrency point")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of unmeasured load before each point")
     parser.add_argument("--concurrency", type=lambda t: [int(c) for c in csv_list(t)], default=[1, 8, 32, 128])
@@ -307,6 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bertserve-args", default="", help="extra flags for python -m service ('--max-wait-ms 5')")
     parser.add_argument("--train-scale", type=float, default=1.0, help="shrink fine-tuning subsets (smoke runs)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where results.{md,json} and plots go")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None,
+        help=f"evaluation data folder (sets ${datasets.DATA_DIR_ENV}; default: see benchmarks/datasets.py)",
+    )  # fmt: skip
     parser.add_argument(
         "--merge", action="store_true", help="keep the accuracy (or throughput) part of the results already in --out"
     )
@@ -322,6 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = (set(args.tasks) - set(TASKS)) | (set(args.systems) - set(SYSTEMS))
     if unknown:
         print(f"unknown tasks/systems: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    if args.data_dir is not None:
+        os.environ[datasets.DATA_DIR_ENV] = str(args.data_dir.resolve())
+    try:
+        log.info("evaluation data: %s", datasets.shared_data_dir())
+    except datasets.DataDirNotFound as error:
+        print(error, file=sys.stderr)
         return 2
     bench = Bench(args)
     # servers run in their own sessions: turn SIGTERM into KeyboardInterrupt so that they are stopped too

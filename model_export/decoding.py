@@ -1,0 +1,436 @@
+"""One decode path: the windowing and post-processing that the service serves and training scores.
+
+Torch-free (numpy + ``tokenizers`` only), so that ``service/`` (which never imports torch or
+``training/``) and ``training/`` (which never imports ``service/``) both import it; the metric a
+fine-tuning run reports is then computed through exactly what the service answers with.
+
+Question answering follows transformers 4.57.6 ``QuestionAnsweringPipeline`` (fast-tokenizer path):
+the context is split into overlapping windows (``only_second`` truncation to ``max_seq_len`` with
+``doc_stride`` overlap); every window is one model row. Span decoding, the null answer, merging of
+equal answers across windows and word alignment follow the pipeline (``decode_spans`` /
+``select_starts_ends`` are transcribed with the same numpy operations so that ties break the same
+way). As in that path, ``max_question_len`` does not truncate the question: a question that leaves
+no room for the context is an input error.
+
+Word-level token classification labels pre-split words (CoNLL style): the words are encoded with
+``is_pretokenized=True`` (windowed when they do not fit), and each word takes the argmax label of its
+*first* sub-token, the convention training labels with. Offsets point into ``" ".join(words)``.
+
+Tokenizers passed in are ``tokenizers.Tokenizer`` objects. Functions that window take one whose
+truncation is already configured (see ``windowing_tokenizer``): configuring a shared tokenizer per
+call would race between threads. Bad input raises ``DecodeInputError`` (a ``ValueError``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tokenizers import Encoding, Tokenizer
+
+PIPELINE_MAX_SEQ_LEN = 384
+PIPELINE_MAX_DOC_STRIDE = 128
+_CONTEXT_SEQUENCE = 1
+
+
+class DecodeInputError(ValueError):
+    """An input (or parameter) the decode path cannot process; the service answers it as a client error."""
+
+
+# ---------------------------------------------------------------------------------------------- tokenizers
+
+
+def windowing_tokenizer(
+    base: Tokenizer, max_length: int, stride: int = 0, strategy: str = "longest_first"
+) -> Tokenizer:
+    """A copy of ``base`` without padding, truncating to ``max_length`` with ``stride`` overlapping windows.
+
+    Copying takes ~80 ms for a 30k-word vocabulary: make one per (max_length, stride, strategy) and
+    reuse it (the service keeps per-thread copies instead, see ``service.tasks.common``).
+    """
+    configured = Tokenizer.from_str(base.to_str())
+    configured.no_padding()
+    configured.enable_truncation(max_length, stride=stride, strategy=strategy, direction="right")
+    return configured
+
+
+def _truncation(tokenizer: Tokenizer, strategy: str) -> dict[str, Any]:
+    truncation = tokenizer.truncation
+    if truncation is None or truncation.get("strategy") != strategy or truncation.get("direction", "right") != "right":
+        raise ValueError(
+            f"the tokenizer must truncate with strategy {strategy!r} (direction right), has {truncation!r}: "
+            "configure it with windowing_tokenizer()"
+        )
+    if tokenizer.padding is not None:
+        raise ValueError("the tokenizer must not pad: configure it with windowing_tokenizer()")
+    return truncation
+
+
+def with_windows(encoding: Encoding) -> list[Encoding]:
+    """The encoding followed by its overflowing windows, in the order transformers flattens them."""
+    return [encoding, *encoding.overflowing]
+
+
+def _positive_int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DecodeInputError(f"{what} must be an integer >= 1, got {value!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------- question answering
+
+
+@dataclass(slots=True)
+class QAWindows:
+    """One (question, context) pair, windowed: what decoding its answers needs besides the logits."""
+
+    context: str
+    windows: list[Encoding]  # one model row each: ``ids`` / ``type_ids``, attention all ones
+    p_masks: list[np.ndarray]  # one (T,) bool per window: True where the token cannot be in the answer
+
+
+def resolve_window(max_length: int, max_seq_len: int | None = None, doc_stride: int | None = None) -> tuple[int, int]:
+    """``(max_seq_len, doc_stride)``; ``None`` means the pipeline's defaults:
+    ``max_seq_len = min(max_length, 384)`` and ``doc_stride = min(max_seq_len // 2, 128)``."""
+    max_seq_len = max_seq_len if max_seq_len is not None else min(max_length, PIPELINE_MAX_SEQ_LEN)
+    if max_seq_len > max_length:
+        raise DecodeInputError(f"max_seq_len {max_seq_len} is larger than the model's max_length {max_length}")
+    doc_stride = doc_stride if doc_stride is not None else min(max_seq_len // 2, PIPELINE_MAX_DOC_STRIDE)
+    if doc_stride < 0:
+        raise DecodeInputError(f"doc_stride must be >= 0, got {doc_stride}")
+    if doc_stride > max_seq_len:
+        raise DecodeInputError(f"doc_stride ({doc_stride}) is larger than max_seq_len ({max_seq_len})")
+    return max_seq_len, doc_stride
+
+
+def check_room_for_context(
+    tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], max_seq_len: int, doc_stride: int
+) -> None:
+    """A window must hold the question and more than ``doc_stride`` context tokens whenever the pair
+    needs windowing (else ``tokenizers`` fails, and the pipeline with it).
+
+    ``tokenizer`` is one *without* truncation (it measures the whole pair); call this before
+    ``encode_question_contexts``.
+    """
+    added = tokenizer.num_special_tokens_to_add(is_pair=True)
+    questions = tokenizer.encode_batch([question for question, _ in pairs], add_special_tokens=False)
+    for (question, context), encoded in zip(pairs, questions, strict=True):
+        room = max_seq_len - len(encoded.ids) - added
+        if room <= doc_stride and len(tokenizer.encode(question, context).ids) > max_seq_len:
+            raise DecodeInputError(
+                f"the question takes {len(encoded.ids)} tokens, which leaves {max(room, 0)} context tokens per "
+                f"window of max_seq_len {max_seq_len}: not more than doc_stride {doc_stride}; shorten the question "
+                "or raise max_seq_len / lower doc_stride"
+            )
+
+
+def qa_p_mask(window: Encoding, cls_token_id: int) -> np.ndarray:
+    """(T,) bool, True where the token cannot start or end an answer: everything but the context and CLS."""
+    p_mask = np.array([sequence_id != _CONTEXT_SEQUENCE for sequence_id in window.sequence_ids], dtype=bool)
+    p_mask[np.asarray(window.ids) == cls_token_id] = False  # the pipeline keeps CLS (the null answer) unmasked
+    return p_mask
+
+
+def qa_windows(context: str, encoding: Encoding, cls_token_id: int) -> QAWindows:
+    """The windows of one encoded (question, context) pair (``encoding`` and its overflowing windows)."""
+    windows = with_windows(encoding)
+    return QAWindows(context, windows, [qa_p_mask(window, cls_token_id) for window in windows])
+
+
+def encode_question_contexts(
+    tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], cls_token_id: int
+) -> list[QAWindows]:
+    """Encode (question, context) pairs into windows: the question whole in every window, the context
+    strided. ``tokenizer`` truncates ``only_second`` to ``max_seq_len`` with stride ``doc_stride``
+    (``windowing_tokenizer(base, max_seq_len, doc_stride, "only_second")``); run
+    ``check_room_for_context`` first for a clear error on questions too long to window.
+    """
+    _truncation(tokenizer, "only_second")
+    pairs = list(pairs)
+    try:
+        if len(pairs) == 1:  # one pair: encode() skips encode_batch's thread-pool dispatch
+            encodings = [tokenizer.encode(*pairs[0])]
+        else:
+            encodings = tokenizer.encode_batch(pairs, add_special_tokens=True)
+    except Exception as exc:  # tokenizers raises a bare Exception for truncation errors
+        raise DecodeInputError(f"cannot tokenize the question and context: {exc}") from exc
+    return [
+        qa_windows(context, encoding, cls_token_id) for (_, context), encoding in zip(pairs, encodings, strict=True)
+    ]
+
+
+def decode_spans(
+    start: np.ndarray, end: np.ndarray, topk: int, max_answer_len: int, undesired_tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pipeline's ``decode_spans``: the ``topk`` best (start, end) pairs by start * end probability."""
+    if start.ndim == 1:
+        start = start[None]
+    if end.ndim == 1:
+        end = end[None]
+    outer = np.matmul(np.expand_dims(start, -1), np.expand_dims(end, 1))  # (1, T, T)
+    candidates = np.tril(np.triu(outer), max_answer_len - 1)
+    scores_flat = candidates.flatten()
+    if topk == 1:
+        idx_sort = np.array([np.argmax(scores_flat)])
+    elif len(scores_flat) < topk:
+        idx_sort = np.argsort(-scores_flat)
+    else:
+        idx = np.argpartition(-scores_flat, topk)[0:topk]
+        idx_sort = idx[np.argsort(-scores_flat[idx])]
+    starts, ends = np.unravel_index(idx_sort, candidates.shape)[1:]
+    # like the pipeline: membership in the (row, column) index pair of a (1, T) mask
+    allowed = undesired_tokens.nonzero()
+    desired_spans = np.isin(starts, allowed) & np.isin(ends, allowed)
+    starts = starts[desired_spans]
+    ends = ends[desired_spans]
+    return starts, ends, candidates[0, starts, ends]
+
+
+def select_starts_ends(
+    start: np.ndarray,
+    end: np.ndarray,
+    p_mask: np.ndarray,
+    min_null_score: float,
+    top_k: int,
+    handle_impossible_answer: bool,
+    max_answer_len: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """The pipeline's ``select_starts_ends`` for one unpadded window; ``start``/``end`` are (1, T) logits."""
+    undesired_tokens = np.abs(p_mask.astype(np.int64) - 1)[None]  # (1, T): 1 where the answer may be
+    undesired_tokens_mask = undesired_tokens == 0.0
+    start = np.where(undesired_tokens_mask, -10000.0, start)
+    end = np.where(undesired_tokens_mask, -10000.0, end)
+    start = np.exp(start - start.max(axis=-1, keepdims=True))
+    start = start / start.sum()
+    end = np.exp(end - end.max(axis=-1, keepdims=True))
+    end = end / end.sum()
+    if handle_impossible_answer:
+        min_null_score = min(min_null_score, (start[0, 0] * end[0, 0]).item())
+    start[0, 0] = end[0, 0] = 0.0
+    starts, ends, scores = decode_spans(start, end, top_k, min(max_answer_len, start.shape[-1]), undesired_tokens)
+    return starts, ends, scores, min_null_score
+
+
+def char_span(window: Encoding, start_token: int, end_token: int) -> tuple[int, int]:
+    """Word-aligned character span of tokens ``start_token..end_token`` (the pipeline's ``get_indices``)."""
+    start_word = window.token_to_word(start_token)
+    end_word = window.token_to_word(end_token)
+    if start_word is not None and end_word is not None:
+        start_chars = window.word_to_chars(start_word, _CONTEXT_SEQUENCE)
+        end_chars = window.word_to_chars(end_word, _CONTEXT_SEQUENCE)
+        if start_chars is not None and end_chars is not None:
+            return start_chars[0], end_chars[1]
+    return window.offsets[start_token][0], window.offsets[end_token][1]
+
+
+def decode_qa_answers(
+    encoded: QAWindows,
+    start_logits: Sequence[np.ndarray],
+    end_logits: Sequence[np.ndarray],
+    *,
+    top_k: int = 1,
+    max_answer_len: int = 15,
+    handle_impossible_answer: bool = False,
+) -> list[dict[str, Any]]:
+    """The pipeline's answers for one question: ``[{"answer", "score", "start", "end"}]``, best first.
+
+    ``start_logits[i]`` / ``end_logits[i]`` are window ``i``'s (T,) logits; longer (padded) rows are
+    cut to the window's length. Answers of equal text (case-insensitive) from different windows or
+    spans merge, their scores added; with ``handle_impossible_answer`` the null answer
+    (``""``, 0, 0) scored by the lowest CLS probability over windows competes. ``start``/``end`` are
+    character offsets into ``encoded.context``.
+    """
+    _positive_int(top_k, "top_k")
+    _positive_int(max_answer_len, "max_answer_len")
+    if not len(encoded.windows) == len(start_logits) == len(end_logits):
+        raise ValueError(
+            f"{len(encoded.windows)} windows but {len(start_logits)} start and {len(end_logits)} end logit rows"
+        )
+    min_null_score = 1000000.0
+    pre_topk = top_k * 2 + 10  # the pipeline over-asks because word alignment merges candidates
+    answers: list[dict[str, Any]] = []
+    for window, p_mask, window_start, window_end in zip(
+        encoded.windows, encoded.p_masks, start_logits, end_logits, strict=True
+    ):
+        length = len(window.ids)
+        starts, ends, scores, min_null_score = select_starts_ends(
+            np.asarray(window_start)[:length][None],
+            np.asarray(window_end)[:length][None],
+            p_mask,
+            min_null_score,
+            pre_topk,
+            handle_impossible_answer,
+            max_answer_len,
+        )
+        for start_token, end_token, score in zip(starts, ends, scores, strict=True):
+            start_char, end_char = char_span(window, int(start_token), int(end_token))
+            text = encoded.context[start_char:end_char]
+            same = next((answer for answer in answers if answer["answer"].lower() == text.lower()), None)
+            if same is not None:
+                same["score"] += score.item()
+            else:
+                answers.append({"score": score.item(), "start": start_char, "end": end_char, "answer": text})
+    if handle_impossible_answer:
+        answers.append({"score": min_null_score, "start": 0, "end": 0, "answer": ""})
+    answers = sorted(answers, key=lambda answer: answer["score"], reverse=True)[:top_k]
+    return [
+        {
+            "answer": answer["answer"],
+            "score": float(answer["score"]),
+            "start": answer["start"],
+            "end": answer["end"],
+        }
+        for answer in answers
+    ]
+
+
+# ------------------------------------------------------------------------------ word-level token labels
+
+
+@dataclass(frozen=True, slots=True)
+class WordWindows:
+    """Pre-split words, encoded (and windowed): which token labels each word."""
+
+    words: tuple[str, ...]
+    windows: list[Encoding]  # one model row each: ``ids`` / ``type_ids``, attention all ones
+    # per word: (window index, token index in that window) of the word's first sub-token, in the
+    # window where that token has the most context on both sides
+    label_tokens: list[tuple[int, int]]
+
+
+def default_stride(max_length: int) -> int:
+    """Overlap, in tokens, of the windows over a long text or word list when none is asked for."""
+    return max_length // 4
+
+
+def window_stride(tokenizer: Tokenizer, max_length: int, stride: int | None = None) -> int:
+    """The overlap of single-sequence windows of ``max_length`` tokens: ``stride``, checked, or by default
+    ``default_stride(max_length)`` (less where the windows' content is too short for it)."""
+    room = max_length - tokenizer.num_special_tokens_to_add(is_pair=False)
+    if stride is None:
+        return min(default_stride(max_length), room - 1)
+    if not 0 <= stride < room:
+        raise DecodeInputError(
+            f"stride must be in 0..{room - 1} for this model (max_length {max_length}), got {stride}"
+        )
+    return stride
+
+
+def word_spans(words: Sequence[str]) -> list[tuple[int, int]]:
+    """Character ``(start, end)`` of each word in ``" ".join(words)``."""
+    spans = []
+    start = 0
+    for word in words:
+        spans.append((start, start + len(word)))
+        start += len(word) + 1
+    return spans
+
+
+def _check_words(words: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(words, str) or not isinstance(words, Sequence):
+        raise DecodeInputError(f"words must be a list of strings, got {type(words).__name__}")
+    if not words:
+        raise DecodeInputError("the list of words is empty")
+    for index, word in enumerate(words):
+        if not isinstance(word, str):
+            raise DecodeInputError(f"word {index} must be a string, got {type(word).__name__}")
+        if not word.strip():
+            raise DecodeInputError(f"word {index} is empty")
+    return tuple(words)
+
+
+def _label_tokens(words: tuple[str, ...], windows: list[Encoding], stride: int) -> list[tuple[int, int]]:
+    """Per word, where its first sub-token is labelled from (see ``WordWindows.label_tokens``).
+
+    Windows of a single sequence advance by (content tokens - ``stride``): counting so gives each
+    content token its index in the whole (unwindowed) content, which tells a word's first sub-token
+    from its later ones even when a window starts in the middle of the word.
+    """
+    best: dict[int, tuple[int, int, int]] = {}  # word -> (context, window, token)
+    first_content = 0  # global content index of the current window's first content token
+    first_token: dict[int, int] = {}  # word -> global content index of its first sub-token
+    for window_index, window in enumerate(windows):
+        content = [index for index, special in enumerate(window.special_tokens_mask) if not special]
+        word_ids = window.word_ids
+        for position, token in enumerate(content):
+            word = word_ids[token]
+            if word is None:
+                continue
+            global_index = first_content + position
+            if first_token.setdefault(word, global_index) != global_index:
+                continue  # a later sub-token of the word
+            context = min(position, len(content) - 1 - position)
+            if word not in best or context > best[word][0]:
+                best[word] = (context, window_index, token)
+        first_content += len(content) - stride
+    missing = [index for index in range(len(words)) if index not in best]
+    if missing:
+        index = missing[0]
+        raise DecodeInputError(f"word {index} ({words[index]!r}) has no tokens for this model's tokenizer")
+    return [best[index][1:] for index in range(len(words))]
+
+
+def encode_word_lists(tokenizer: Tokenizer, word_lists: Sequence[Sequence[str]]) -> list[WordWindows]:
+    """Encode lists of pre-split words (``is_pretokenized=True``), windowed where they do not fit.
+
+    ``tokenizer`` truncates ``longest_first`` to the model's max length with the windows' overlap as
+    stride: ``windowing_tokenizer(base, max_length, window_stride(base, max_length))``. A word that is
+    empty, blank or tokenizes to nothing is a ``DecodeInputError``: it could not be labelled.
+    """
+    truncation = _truncation(tokenizer, "longest_first")
+    stride = int(truncation["stride"])
+    room = int(truncation["max_length"]) - tokenizer.num_special_tokens_to_add(is_pair=False)
+    if not 0 <= stride < room:
+        raise ValueError(f"stride {stride} must be in 0..{room - 1} for max_length {truncation['max_length']}")
+    checked = [_check_words(words) for words in word_lists]
+    try:
+        if len(checked) == 1:  # one list: encode() skips encode_batch's thread-pool dispatch
+            encodings = [tokenizer.encode(list(checked[0]), is_pretokenized=True)]
+        else:
+            encodings = tokenizer.encode_batch([list(words) for words in checked], is_pretokenized=True)
+    except Exception as exc:  # tokenizers raises a bare Exception for truncation errors
+        raise DecodeInputError(f"cannot tokenize the words: {exc}") from exc
+    results = []
+    for words, encoding in zip(checked, encodings, strict=True):
+        windows = with_windows(encoding)
+        results.append(WordWindows(words, windows, _label_tokens(words, windows, stride)))
+    return results
+
+
+def encode_words(tokenizer: Tokenizer, words: Sequence[str]) -> WordWindows:
+    """``encode_word_lists`` for one list of words."""
+    return encode_word_lists(tokenizer, [words])[0]
+
+
+def label_words(
+    encoded: WordWindows, logits: Sequence[np.ndarray], id2label: Mapping[int, str]
+) -> list[dict[str, Any]]:
+    """One label per word, in word order: ``{"entity", "score", "index", "word", "start", "end"}``.
+
+    ``logits[i]`` is window ``i``'s (T, num_labels) logits (padded rows are fine: only real tokens
+    are read). A word's label is the argmax at its first sub-token (``encoded.label_tokens``), its
+    score that label's softmax probability; ``index`` is the word's index and ``start``/``end`` its
+    character span in ``" ".join(words)``. Labels missing from ``id2label`` read ``LABEL_<id>``.
+    """
+    if len(logits) != len(encoded.windows):
+        raise ValueError(f"{len(encoded.windows)} windows but {len(logits)} logit rows")
+    rows = np.stack([np.asarray(logits[window])[token] for window, token in encoded.label_tokens])  # (W, labels)
+    shifted = np.exp(rows - rows.max(axis=-1, keepdims=True))
+    scores = shifted / shifted.sum(axis=-1, keepdims=True)
+    best = scores.argmax(axis=-1)
+    results = []
+    for index, (word, (start, end)) in enumerate(zip(encoded.words, word_spans(encoded.words), strict=True)):
+        label = int(best[index])
+        results.append(
+            {
+                "entity": id2label.get(label, f"LABEL_{label}"),
+                "score": float(scores[index, label]),
+                "index": index,
+                "word": word,
+                "start": start,
+                "end": end,
+            }
+        )
+    return results

@@ -1,0 +1,127 @@
+"""The task table: what each task *is*, written once. Torch-free: training, export and the service read it.
+
+A row says which outputs the task's graph gives (and which of them are per token), the transformers
+architecture the task maps to, which checkpoint architectures carry its trained weights, the transformers
+pipeline's defaults for its parameters, and the metric a fine-tuning run is judged by. Adding a task is one
+row here, one handler in ``service/tasks`` and one schema module in ``service/schemas``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+INPUT_NAMES: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
+INPUT_AXES: dict[int, str] = {0: "batch", 1: "sequence"}
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    outputs: tuple[str, ...]
+    token_level: frozenset[str]  # outputs shaped (B, T, ...); the others are (B, ...)
+    architecture: str  # the BertFor* class (ours and transformers') that computes the outputs
+    sources: frozenset[str]  # checkpoint architectures whose weights cover everything the graph computes
+    detect_from: frozenset[str]  # checkpoint architectures that mean this task under --task auto
+    primary_metric: str | None  # what fine-tuning keeps the best epoch by (None: not fine-tuned here)
+    needs_labels: bool = False  # bundle.json must carry id2label
+    pipeline_defaults: MappingProxyType[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def is_token_level(self, output: str) -> bool:
+        return output in self.token_level
+
+    def dynamic_axes(self) -> dict[str, dict[int, str]]:
+        """torch.onnx.export's dynamic_axes: batch and sequence on the inputs and per-token outputs."""
+        axes = {name: dict(INPUT_AXES) for name in INPUT_NAMES}
+        for name in self.outputs:
+            axes[name] = dict(INPUT_AXES) if self.is_token_level(name) else {0: "batch"}
+        return axes
+
+
+def _frozen(**values: Any) -> MappingProxyType[str, Any]:
+    return MappingProxyType(values)
+
+
+TASKS: dict[str, TaskSpec] = {
+    spec.name: spec
+    for spec in (
+        TaskSpec(
+            name="text-classification",
+            outputs=("logits",),
+            token_level=frozenset(),
+            architecture="BertForSequenceClassification",
+            sources=frozenset({"BertForSequenceClassification"}),
+            detect_from=frozenset({"BertForSequenceClassification"}),
+            primary_metric="accuracy",
+            needs_labels=True,
+            pipeline_defaults=_frozen(top_k=1, function_to_apply=None),
+        ),
+        TaskSpec(
+            name="token-classification",
+            outputs=("logits",),
+            token_level=frozenset({"logits"}),
+            architecture="BertForTokenClassification",
+            sources=frozenset({"BertForTokenClassification"}),
+            detect_from=frozenset({"BertForTokenClassification"}),
+            primary_metric="f1",
+            needs_labels=True,
+            pipeline_defaults=_frozen(aggregation_strategy="none", ignore_labels=("O",), stride=None),
+        ),
+        TaskSpec(
+            name="question-answering",
+            outputs=("start_logits", "end_logits"),
+            token_level=frozenset({"start_logits", "end_logits"}),
+            architecture="BertForQuestionAnswering",
+            sources=frozenset({"BertForQuestionAnswering"}),
+            detect_from=frozenset({"BertForQuestionAnswering"}),
+            primary_metric="f1",
+            pipeline_defaults=_frozen(
+                top_k=1,
+                doc_stride=128,
+                max_answer_len=15,
+                max_seq_len=384,
+                max_question_len=64,
+                handle_impossible_answer=False,
+                align_to_words=True,
+            ),
+        ),
+        TaskSpec(
+            name="fill-mask",
+            outputs=("logits",),
+            token_level=frozenset({"logits"}),
+            architecture="BertForMaskedLM",
+            sources=frozenset({"BertForMaskedLM", "BertForPreTraining"}),
+            detect_from=frozenset({"BertForMaskedLM", "BertForPreTraining"}),
+            primary_metric="mlm_top1_accuracy",
+            pipeline_defaults=_frozen(top_k=5, targets=None),
+        ),
+        TaskSpec(
+            name="feature-extraction",
+            outputs=("last_hidden_state", "pooler_output"),
+            token_level=frozenset({"last_hidden_state"}),
+            architecture="BertModel",
+            sources=frozenset({"BertModel", "BertForPreTraining", "BertForSequenceClassification"}),
+            detect_from=frozenset({"BertModel"}),
+            primary_metric=None,
+        ),
+    )
+}
+TASK_NAMES: tuple[str, ...] = tuple(TASKS)
+FINETUNE_TASKS: tuple[str, ...] = tuple(name for name, spec in TASKS.items() if spec.primary_metric is not None)
+
+
+class UnknownTask(ValueError):
+    """A task name the table does not hold."""
+
+
+def task_spec(task: str) -> TaskSpec:
+    try:
+        return TASKS[task]
+    except KeyError:
+        raise UnknownTask(f"unknown task {task!r} (known: {', '.join(TASK_NAMES)})") from None
+
+
+def task_for_architecture(architecture: str) -> str | None:
+    """The task a checkpoint of ``architecture`` serves under --task auto (None: cannot tell)."""
+    return next((spec.name for spec in TASKS.values() if architecture in spec.detect_from), None)

@@ -1,0 +1,77 @@
+"""The request path every router shares, whatever its protocol: pick the engine, check the request's
+size, run it, and give it up when the client goes away.
+
+A router (the v1 JSON routes today; an OpenAI-compatible or OIP v2 router could be others) turns
+its body into an ``InferenceRequest`` and the ``InferenceResult`` into its response. Nothing here
+knows HTTP: a router that can tell when its client disconnects passes ``client_gone``, a function
+whose awaitable returns when that happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from service.errors import ClientClosedRequest, PayloadTooLarge
+from service.registry import ModelRegistry
+from service.settings import Settings
+
+T = TypeVar("T")
+
+ClientGone = Callable[[], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceRequest:
+    """One request in the task handler's types: ``inputs`` (one per result) and ``params``."""
+
+    task: str
+    inputs: list[Any]
+    params: Any
+    model: str | None = None  # None: the only loaded model serving ``task``
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceResult:
+    model: str  # the engine that answered
+    results: list[Any]  # one per input
+
+
+async def run_inference(
+    request: InferenceRequest, registry: ModelRegistry, settings: Settings, client_gone: ClientGone | None = None
+) -> InferenceResult:
+    """Select the engine, enforce ``max_inputs_per_request``, infer; cancelled if ``client_gone`` returns first."""
+    # No shutting_down check here: after SIGTERM uvicorn accepts no new connections, and a request already
+    # sent on an open one is answered; the engines refuse work only once the lifespan stops them.
+    engine = registry.select(request.task, request.model)
+    count = len(request.inputs)
+    if count > settings.max_inputs_per_request:
+        raise PayloadTooLarge(f"{count} inputs in one request; the limit is {settings.max_inputs_per_request}")
+    work = engine.infer(request.inputs, request.params)
+    results = await (work if client_gone is None else until_disconnected(work, client_gone))
+    return InferenceResult(engine.name, results)
+
+
+async def until_disconnected(work: Awaitable[T], client_gone: ClientGone) -> T:
+    """Await ``work``; if ``client_gone`` returns first, cancel it (its queued rows are then dropped)."""
+    current = asyncio.current_task()
+    assert current is not None
+    disconnected: list[bool] = []
+
+    async def cancel_when_gone(task: asyncio.Task[Any]) -> None:
+        await client_gone()
+        disconnected.append(True)
+        task.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(cancel_when_gone(current))
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if disconnected:
+            current.uncancel()
+            raise ClientClosedRequest("client disconnected before the answer was ready") from None
+        raise
+    finally:
+        watcher.cancel()

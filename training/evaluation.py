@@ -1,0 +1,118 @@
+"""Evaluation that scores through the service's own decode path (model_export.decoding).
+
+The windows a model sees and the rules that turn its logits into answers are the ones the served bundle
+uses: QA windows keep the question whole and stride the context, answers come from the pipeline's softmax
+start/end decoding with max_answer_len; NER labels every word by its first sub-token, in the window where
+that token has the most context. So the metric a fine-tuning run reports is the metric served over HTTP
+(up to onnxruntime vs torch rounding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tokenizers import Encoding, Tokenizer
+from torch import nn
+
+from model_export.decoding import (
+    DecodeInputError,
+    QAWindows,
+    WordWindows,
+    check_room_for_context,
+    decode_qa_answers,
+    encode_question_contexts,
+    encode_word_lists,
+    label_words,
+    resolve_window,
+    window_stride,
+    windowing_tokenizer,
+)
+from training.data import DataError, Feature
+from training.squad import SquadExample
+
+# (model, features) -> per-feature outputs with per-token outputs cut to the feature's length
+Predict = Callable[[nn.Module, Sequence[Feature]], list[dict[str, torch.Tensor]]]
+
+
+def window_features(windows: Sequence[Encoding]) -> list[Feature]:
+    return [{"input_ids": list(window.ids), "token_type_ids": list(window.type_ids)} for window in windows]
+
+
+def _per_item(counts: Sequence[int], outputs: list[dict[str, torch.Tensor]]) -> list[list[dict[str, np.ndarray]]]:
+    """Flat per-window outputs -> one list per item (sentence, question), numpy."""
+    grouped, offset = [], 0
+    for count in counts:
+        grouped.append([{k: v.numpy() for k, v in out.items()} for out in outputs[offset : offset + count]])
+        offset += count
+    return grouped
+
+
+@dataclass
+class WordLabelEvaluation:
+    """Word lists -> one predicted tag per word, as ``/v1/token-classification`` with ``words`` answers."""
+
+    encoded: list[WordWindows]
+    features: list[Feature]
+
+    @classmethod
+    def build(cls, tokenizer: Tokenizer, word_lists: Sequence[Sequence[str]], max_length: int) -> WordLabelEvaluation:
+        windower = windowing_tokenizer(tokenizer, max_length, window_stride(tokenizer, max_length))
+        try:
+            encoded = encode_word_lists(windower, word_lists)
+        except DecodeInputError as error:
+            raise DataError(f"evaluation sentences: {error}") from error
+        return cls(encoded, window_features([window for item in encoded for window in item.windows]))
+
+    def predict_tags(self, model: nn.Module, predict: Predict, id2label: dict[int, str]) -> list[list[str]]:
+        outputs = _per_item([len(item.windows) for item in self.encoded], predict(model, self.features))
+        return [
+            [word["entity"] for word in label_words(item, [out["logits"] for out in rows], id2label)]
+            for item, rows in zip(self.encoded, outputs, strict=True)
+        ]
+
+
+@dataclass
+class AnswerEvaluation:
+    """SQuAD questions -> answer texts, as ``/v1/question-answering`` answers them."""
+
+    examples: list[SquadExample]
+    encoded: list[QAWindows]
+    features: list[Feature]
+    max_answer_len: int
+    handle_impossible_answer: bool
+
+    @classmethod
+    def build(
+        cls,
+        tokenizer: Tokenizer,
+        examples: list[SquadExample],
+        max_length: int,
+        doc_stride: int,
+        max_answer_len: int,
+    ) -> AnswerEvaluation:
+        pairs = [(example.question, example.context) for example in examples]
+        max_seq_len, stride = resolve_window(max_length, max_length, doc_stride)
+        cls_id = tokenizer.token_to_id("[CLS]")
+        try:
+            check_room_for_context(tokenizer, pairs, max_seq_len, stride)
+            windower = windowing_tokenizer(tokenizer, max_seq_len, stride, "only_second")
+            encoded = encode_question_contexts(windower, pairs, cls_id)
+        except DecodeInputError as error:
+            raise DataError(f"evaluation questions: {error}") from error
+        features = window_features([window for item in encoded for window in item.windows])
+        impossible = any(example.is_impossible for example in examples)
+        return cls(examples, encoded, features, max_answer_len, impossible)
+
+    def predict_answers(self, model: nn.Module, predict: Predict) -> dict[str, str]:
+        outputs = _per_item([len(item.windows) for item in self.encoded], predict(model, self.features))
+        predictions = {}
+        for example, item, rows in zip(self.examples, self.encoded, outputs, strict=True):
+            answers = decode_qa_answers(
+                item, [out["start_logits"] for out in rows], [out["end_logits"] for out in rows],
+                top_k=1, max_answer_len=self.max_answer_len, handle_impossible_answer=self.handle_impossible_answer,
+            )  # fmt: skip
+            predictions[example.qas_id] = answers[0]["answer"] if answers else ""
+        return predictions
