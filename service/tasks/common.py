@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from model_export.decoding import DecodeInputError
 from service.tasks.base import InputError, ModelRow
 
 _VOCABULARY_CACHE_SIZE = 32
@@ -93,13 +96,17 @@ def encode_batch(tokenizer: Tokenizer, inputs: list, what: str = "input") -> lis
         raise InputError(f"cannot tokenize the {what}: {exc}") from exc
 
 
-def with_windows(encoding: Encoding) -> list[Encoding]:
-    """The encoding followed by its overflowing windows, in the order transformers flattens them."""
-    return [encoding, *encoding.overflowing]
-
-
 def to_sequence(encoding: Encoding) -> ModelRow:
     return ModelRow(
         input_ids=np.asarray(encoding.ids, dtype=np.int64),
         token_type_ids=np.asarray(encoding.type_ids, dtype=np.int64),
     )
+
+
+@contextmanager
+def as_input_error() -> Iterator[None]:
+    """The shared decode path's ``DecodeInputError`` is this service's ``InputError`` (a 400)."""
+    try:
+        yield
+    except DecodeInputError as exc:
+        raise InputError(str(exc)) from exc

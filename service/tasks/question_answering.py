@@ -13,15 +13,12 @@ model rows and maps ``DecodeInputError`` to ``InputError``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from model_export.decoding import (
-    DecodeInputError,
     QAWindows,
     check_room_for_context,
     decode_qa_answers,
@@ -30,7 +27,7 @@ from model_export.decoding import (
 from model_export.decoding import resolve_window as resolve_window_sizes
 from model_export.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import require_text, require_top_k, to_sequence, truncating_tokenizer
+from service.tasks.common import as_input_error, require_text, require_top_k, to_sequence, truncating_tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +49,6 @@ class QAParams:
     handle_impossible_answer: bool = False
 
 
-@contextmanager
-def as_input_error() -> Iterator[None]:
-    """The shared decode path's ``DecodeInputError`` is this service's ``InputError`` (a 400)."""
-    try:
-        yield
-    except DecodeInputError as exc:
-        raise InputError(str(exc)) from exc
 
 
 def resolve_window(ctx: ModelContext, params: QAParams) -> tuple[int, int]:

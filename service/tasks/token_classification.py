@@ -18,8 +18,6 @@ word's index, ``start``/``end`` its span in ``" ".join(words)``; ``aggregation_s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,15 +25,22 @@ import numpy as np
 from tokenizers import Encoding
 
 from model_export.decoding import (
-    DecodeInputError,
     WordWindows,
     encode_word_lists,
     label_words,
     window_stride,
+    with_windows,
 )
 from model_export.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import encode_batch, require_text, softmax, to_sequence, truncating_tokenizer, with_windows
+from service.tasks.common import (
+    as_input_error,
+    encode_batch,
+    require_text,
+    softmax,
+    to_sequence,
+    truncating_tokenizer,
+)
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
 
@@ -81,7 +86,7 @@ def _stride(ctx: ModelContext, params: TokenClassificationParams, strategy: str)
     """The windows' overlap: ``params.stride``, or ``default_stride`` (shared with training's evaluation)."""
     if params.stride is not None and strategy == "none":
         raise InputError('stride needs an aggregation_strategy other than "none" (as in transformers)')
-    with _as_input_error():
+    with as_input_error():
         return window_stride(ctx.tokenizer, ctx.max_length, params.stride)
 
 
@@ -120,7 +125,7 @@ class TokenClassificationHandler:
         params: TokenClassificationParams,
     ) -> list[dict[str, Any]]:
         if isinstance(prepared.state, WordWindows):
-            with _as_input_error():
+            with as_input_error():
                 return label_words(prepared.state, [output["logits"] for output in outputs], ctx.id2label)
         strategy = _strategy(params)
         state: _NerState = prepared.state
@@ -139,13 +144,6 @@ class TokenClassificationHandler:
         return [_public(entity) for entity in entities]
 
 
-@contextmanager
-def _as_input_error() -> Iterator[None]:
-    """The shared decode path's ``DecodeInputError`` is this service's ``InputError`` (a 400)."""
-    try:
-        yield
-    except DecodeInputError as exc:
-        raise InputError(str(exc)) from exc
 
 
 def _prepare_words(ctx: ModelContext, inputs: list[Any], params: TokenClassificationParams) -> list[Prepared]:
@@ -154,7 +152,7 @@ def _prepare_words(ctx: ModelContext, inputs: list[Any], params: TokenClassifica
         raise InputError("a request takes texts or lists of words, not both")
     stride = _stride(ctx, params, "simple")  # no aggregation applies to words: any strategy takes a stride
     tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, stride, "longest_first")
-    with _as_input_error():
+    with as_input_error():
         encoded = encode_word_lists(tokenizer, [item.words for item in inputs])
     return [Prepared(sequences=[to_sequence(window) for window in item.windows], state=item) for item in encoded]
 
