@@ -275,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="only rewrite the markdown table and the plot")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     if not args.report_only:
         for name in args.task or list(RECIPES):
             save_rows(run_recipe(RECIPES[name]))

@@ -12,6 +12,8 @@ log = logging.getLogger(__name__)
 # The training metrics (fractions) shown beside the served value.
 TRAINED_METRICS = ("accuracy", "f1", "exact_match", "mlm_top1_accuracy", "mlm_top5_accuracy")
 # The metric each training history reports (fractions) for the curve.
+# training reports fractions, except SQuAD's EM / F1 which it reports in percent (the official script's scale)
+TRAINED_SCALE = {"squad": 1.0}
 HISTORY_METRIC = {"sst2": "accuracy", "rte": "accuracy", "conll": "f1", "squad": "f1", "mlm": "mlm_top1_accuracy"}
 
 
@@ -23,7 +25,8 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     ]
     for row in rows:
         best = row.get("trained_best") or {}
-        trained = ", ".join(f"{key} {100 * value:.2f}" for key, value in best.items() if key in TRAINED_METRICS)
+        scale = TRAINED_SCALE.get(row["task"], 100.0)
+        trained = ", ".join(f"{key} {scale * value:.2f}" for key, value in best.items() if key in TRAINED_METRICS)
         load = row.get("load_avg", {})
         target = f"{row['target']:.1f}" if row.get("target") is not None else "reported"
         lines.append(
@@ -80,7 +83,8 @@ def plot(histories: dict[str, list[dict[str, Any]]], path: Path) -> None:
     figure, axis = plt.subplots(figsize=(6, 4))
     for task, history in histories.items():
         metric = HISTORY_METRIC.get(task)
-        points = [(entry["epoch"], 100 * entry[metric]) for entry in history if metric and metric in entry]
+        scale = TRAINED_SCALE.get(task, 100.0)
+        points = [(entry["epoch"], scale * entry[metric]) for entry in history if metric and metric in entry]
         if points:
             axis.plot(*zip(*points, strict=True), marker="o", label=f"{task} ({metric})")
     axis.set_xlabel("epoch")

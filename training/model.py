@@ -327,12 +327,10 @@ def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 class TiedMaskedLMModule(BertPreTrainedModule):
     """A model with an MLM head (``self.cls.predictions``) whose decoder shares the word embeddings."""
 
-    bert: BertModel
-    cls: nn.Module
-
     def tie_weights(self) -> None:
-        predictions: Any = self.cls.predictions
-        predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+        owner: Any = self  # subclasses define .bert and .cls in __init__
+        predictions = owner.cls.predictions
+        predictions.decoder.weight = owner.bert.embeddings.word_embeddings.weight
         predictions.decoder.bias = predictions.bias
 
 

@@ -283,7 +283,7 @@ def test_clean_up_tokenization_spaces_travels_into_the_bundle(
     exported = export_bundle(source, tmp_path / "bundle", optimize=False)
     assert exported.spec.clean_up_tokenization_spaces is flag
     engine = Engine.from_bundle(exported.path)
-    assert engine.handler.clean_up_tokenization_spaces is flag  # type: ignore[attr-defined]
+    assert engine.context.clean_up_tokenization_spaces is flag
 
 
 def make_large_logit_fill_mask(folder: Path) -> Path:
