@@ -1,11 +1,8 @@
-"""The demo bundles, served by the real service, give the README's answers and pass the held-out check (slow: builds
-MiniLM models).
+"""The demo bundles, served by the real service, give the README's answers (slow: builds MiniLM models).
 
 Builds the missing demo bundles into ``$DEMO_MODELS_DIR`` (default: the repo's models/, as `make demo`
 does; finished bundles are reused), serves them with ``python -m service --models DIR`` and checks the
-four README requests with the checks docker/container_check.sh uses, then scores every bundle with
-docker/demo_check.py against its thresholds (NER entity precision on a long text, QA at the start, middle
-and end of a 5,000-word context, sentiment accuracy, fill-mask top-1).
+four README requests with the checks docker/container_check.sh uses.
 """
 
 from __future__ import annotations
@@ -27,9 +24,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def demo_models_dir() -> Path:
     folder = Path(os.environ.get("DEMO_MODELS_DIR", REPO / "models"))
-    # --no-check: test_held_out_check_meets_its_thresholds checks every bundle, built now or before.
-    command = [sys.executable, str(DOCKER / "demo_models.py"), "--out", str(folder), "--no-check"]
-    subprocess.run(command, check=True, timeout=3600)
+    subprocess.run([sys.executable, str(DOCKER / "demo_models.py"), "--out", str(folder)], check=True, timeout=3600)
     return folder
 
 
@@ -57,22 +52,3 @@ def test_served_demo_models_answer_the_readme_examples(demo_models_dir: Path) ->
         process.communicate(timeout=60)
     failed = {name: detail for name, (passed, detail) in outcomes.items() if not passed}
     assert not failed, json.dumps(failed, indent=2)
-
-
-def test_held_out_check_meets_its_thresholds(demo_models_dir: Path) -> None:
-    import demo_check
-
-    figures = demo_check.check_models(demo_models_dir, ["sentiment", "ner", "qa", "fill-mask"])
-    shown = json.dumps(figures, indent=2)
-    assert set(figures) == {"sentiment", "ner", "qa", "fill-mask"}
-    assert figures["ner"]["precision"] >= 0.9, shown
-    assert figures["ner"]["recall"] >= 0.5, shown
-    assert figures["ner"]["words"] >= 2500 and figures["ner"]["planted"] >= 55
-    assert {place: figures["qa"][place] for place in ("start", "middle", "end")} == {
-        "start": 3,
-        "middle": 3,
-        "end": 3,
-    }, shown
-    assert figures["qa"]["words"] >= 4900
-    failed = [problem for name, result in figures.items() for problem in demo_check.failures(name, result)]
-    assert not failed, shown
