@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from model_export.bundle import PRECISIONS, QUANTIZATIONS
+from model_export.bundle import POOLINGS, PRECISIONS, QUANTIZATIONS
 from model_export.tasks import TASK_NAMES
 
 
@@ -24,7 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--quantize", default="none", choices=QUANTIZATIONS)
     parser.add_argument("--precision", default="fp32", choices=PRECISIONS, help="fp16 needs CUDA (onnxruntime-gpu)")
-    parser.add_argument("--max-length", type=int, default=None, help="default: tokenizer's model_max_length")
+    parser.add_argument(
+        "--max-length", type=int, default=None,
+        help="default: tokenizer's model_max_length (feature-extraction: sentence_bert_config.json's "
+        "max_seq_length when present)",
+    )  # fmt: skip
     parser.add_argument("--opset", type=int, default=17)
     parser.add_argument(
         "--atol", type=float, default=None, help="fp32 parity: absolute tolerance (default 1e-4)"
@@ -32,6 +36,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rtol", type=float, default=None,
         help="fp32 parity: relative tolerance, |onnx - torch| <= atol + rtol x |torch| (default 1e-3)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pooling", default="auto", choices=["auto", *POOLINGS],
+        help="feature-extraction: how token states become the sentence embedding (auto: the checkpoint's "
+        "sentence-transformers modules.json, else mean)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--normalize", action=argparse.BooleanOptionalAction, default=None,
+        help="feature-extraction: L2-normalise the sentence embedding in the graph (default: as modules.json "
+        "lists a Normalize module, else on)",
     )  # fmt: skip
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return parser
@@ -62,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             atol=args.atol,
             rtol=args.rtol,
             precision=args.precision,
+            pooling=args.pooling,
+            normalize=args.normalize,
         )
     except ExportError as error:
         print(f"bertserve-export: error: {error}", file=sys.stderr)

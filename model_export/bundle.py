@@ -22,6 +22,8 @@ TOKENIZER_FILE = "tokenizer.json"
 
 QUANTIZATIONS: tuple[str, ...] = ("none", "int8")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
+# How a feature-extraction graph pools token states into its sentence_embedding: the attention-masked mean, or [CLS].
+POOLINGS: tuple[str, ...] = ("mean", "cls")
 
 
 class BundleError(ValueError):
@@ -66,6 +68,9 @@ class BundleSpec:
     fused_operators: dict[str, int] = field(default_factory=dict)
     parity: dict[str, Any] = field(default_factory=dict)
     files_sha256: dict[str, str] = field(default_factory=dict)
+    # feature-extraction only: the pooling inside the graph, and whether the graph L2-normalises sentence_embedding.
+    pooling: str | None = None
+    normalize: bool = False
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -115,6 +120,13 @@ class BundleSpec:
             raise BundleError(path, f"max_length {self.max_length} is outside 2..512")
         if task.needs_labels and not self.id2label:
             raise BundleError(path, f"task {self.task} needs id2label")
+        labels_problem = task.labels_problem(self.id2label) if task.needs_labels else None
+        if labels_problem is not None:
+            raise BundleError(path, labels_problem)
+        if self.task == "feature-extraction" and self.pooling not in POOLINGS:
+            raise BundleError(path, f"task feature-extraction needs pooling in {list(POOLINGS)}, got {self.pooling!r}")
+        if self.task != "feature-extraction" and (self.pooling is not None or self.normalize):
+            raise BundleError(path, f"pooling and normalize apply to feature-extraction only, not {self.task}")
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer, normalizers
 
-from model_export.bundle import SpecialTokens
+from model_export.bundle import POOLINGS, SpecialTokens
 from model_export.files import read_json, token_text, tokenizer_settings
 from model_export.validate import ExportError
 from training.model import BertConfig
@@ -85,3 +88,88 @@ def weights_sha256(folder: Path) -> str:
             for chunk in iter(partial(handle.read, 1 << 20), b""):
                 digest.update(chunk)
     return digest.hexdigest()
+
+
+# modules.json module classes (the last part of "type") whose computation the graph reproduces.
+_ST_SUPPORTED_MODULES = frozenset({"Transformer", "Pooling", "Normalize"})
+# 1_Pooling/config.json as sentence-transformers < 5 writes it: one flag per mode (none set means mean).
+_ST_LEGACY_POOLING_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+
+
+@dataclass(frozen=True)
+class SentencePooling:
+    """How token states become one sentence embedding, and where that choice came from."""
+
+    pooling: str  # one of bundle.POOLINGS
+    normalize: bool
+    max_seq_length: int | None  # sentence_bert_config.json's truncation length (None: not stated)
+    source: str  # for the progress line: "modules.json" or "default"
+
+
+def sentence_pooling(folder: Path, pooling: str = "auto", normalize: bool | None = None) -> SentencePooling:
+    """The pooling a feature-extraction export bakes in: explicit choices win, then the checkpoint's
+    sentence-transformers files (modules.json, its Pooling module's config.json, sentence_bert_config.json), then
+    mean pooling with L2 normalisation (what all-MiniLM-L6-v2 and most sentence-transformers models do).
+
+    ExportError when modules.json lists a module the graph cannot reproduce (Dense, max pooling, ...).
+    """
+    if pooling not in ("auto", *POOLINGS):
+        raise ExportError(f"unknown pooling {pooling!r} (known: auto, {', '.join(POOLINGS)})")
+    modules_path = folder / "modules.json"
+    found_pooling, found_normalize, source = "mean", True, "default"
+    if modules_path.is_file():
+        modules = _read_modules(modules_path)
+        names = [str(module.get("type", "")).rsplit(".", 1)[-1] for module in modules]
+        unsupported = [name for name in names if name not in _ST_SUPPORTED_MODULES]
+        if unsupported:
+            raise ExportError(
+                f"{modules_path}: module(s) {', '.join(unsupported)} cannot be exported "
+                f"(supported: {', '.join(sorted(_ST_SUPPORTED_MODULES))})"
+            )
+        found_normalize, source = "Normalize" in names, "modules.json"
+        pooling_module = next((m for m, name in zip(modules, names, strict=True) if name == "Pooling"), None)
+        if pooling_module is not None:
+            found_pooling = _pooling_from_config(folder / str(pooling_module.get("path", "")) / "config.json")
+    settings = read_json(folder / "sentence_bert_config.json", optional=True, error=ExportError)
+    max_seq_length = settings.get("max_seq_length")
+    return SentencePooling(
+        pooling=found_pooling if pooling == "auto" else pooling,
+        normalize=found_normalize if normalize is None else normalize,
+        max_seq_length=max_seq_length if isinstance(max_seq_length, int) and max_seq_length >= 2 else None,
+        source=source,
+    )
+
+
+def _read_modules(path: Path) -> list[dict[str, Any]]:
+    try:
+        modules = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ExportError(f"{path}: not valid JSON ({error})") from error
+    if not isinstance(modules, list) or not all(isinstance(module, dict) for module in modules):
+        raise ExportError(f"{path}: expected a JSON list of modules")
+    return sorted(modules, key=lambda module: int(module.get("idx", 0)))
+
+
+def _pooling_from_config(path: Path) -> str:
+    """The Pooling module's config.json -> mean or cls; ExportError for modes (or mixes) the graph does not compute.
+
+    sentence-transformers >= 5 writes ``"pooling_mode": "mean"`` (or a list); older versions one flag per mode.
+    """
+    config = read_json(path, "sentence-transformers pooling config", error=ExportError)
+    mode = config.get("pooling_mode")
+    if mode is not None:
+        modes = [mode] if isinstance(mode, str) else list(mode)
+    else:
+        modes = [name for flag, name in _ST_LEGACY_POOLING_FLAGS.items() if config.get(flag)] or ["mean"]
+    if len(modes) != 1 or modes[0] not in POOLINGS:
+        raise ExportError(
+            f"{path}: pooling {' + '.join(map(str, modes))} cannot be exported (supported: {', '.join(POOLINGS)})"
+        )
+    return str(modes[0])

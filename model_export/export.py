@@ -7,6 +7,9 @@ every layer), optionally quantise it to int8 (dynamic, per-channel) or convert i
 bundle into a temporary folder beside OUT_DIR that is renamed into place only when everything passed.
 
 Notes:
+- feature-extraction graphs end in one (B, H) ``sentence_embedding``: ``SentenceEmbedder`` pools the encoder's token
+  states (mean or [CLS]) and L2-normalises them as the checkpoint's sentence-transformers files say (or as asked),
+  so the graph answers what sentence-transformers computes and bundle.json records ``pooling`` / ``normalize``.
 - The TorchScript exporter stores a tied MLM decoder weight a second time (fill-mask graphs carry the word
   embeddings twice, ~90 MB extra for BERT-base): accepted, the bundle stays one file below protobuf's 2 GiB limit.
 - GPU path: ``precision="fp16"`` (CLI ``--precision fp16``) fuses the graph for GPU, converts it with the
@@ -36,6 +39,7 @@ from model_export import optimize as graph_rewrites
 from model_export.bundle import (
     BUNDLE_FILE,
     MODEL_FILE,
+    POOLINGS,
     PRECISIONS,
     QUANTIZATIONS,
     TOKENIZER_FILE,
@@ -45,7 +49,13 @@ from model_export.bundle import (
     read_bundle,
     write_spec,
 )
-from model_export.checkpoint_files import prepare_tokenizer, resolve_max_length, weights_sha256
+from model_export.checkpoint_files import (
+    SentencePooling,
+    prepare_tokenizer,
+    resolve_max_length,
+    sentence_pooling,
+    weights_sha256,
+)
 from model_export.onnx_io import ort_session
 from model_export.tasks import INPUT_NAMES, TASK_NAMES, TASKS, task_for_architecture
 from model_export.validate import (
@@ -54,6 +64,7 @@ from model_export.validate import (
     Outputs,
     ParityError,
     SpecialIds,
+    Tolerance,
     agreement_between,
     check_parity,
     default_tolerance,
@@ -71,6 +82,11 @@ __all__ = ["ExportError", "ParityError", "detect_task", "export_bundle"]
 logger = logging.getLogger(__name__)
 
 SPEED_BATCH = (8, 128)
+# int8 on natural text, held tighter than the random-token probe (0.95). Per-channel int8 all-MiniLM-L6-v2 keeps
+# sentence-embedding cosines >= 0.99 for each probe text run alone, but 0.988 at worst in the padded probe batches:
+# dynamic int8 scales activations over the whole batch, padding included. Only cosine-judged (embedding) outputs
+# are held to it; the other outputs' agreement on the texts is reported.
+TEXT_TOLERANCE_INT8 = Tolerance(atol=None, min_cosine=0.98)
 # What the exporter, onnx, the optimizer, the quantiser and onnxruntime raise for graphs or files they cannot handle.
 TOOL_ERRORS: tuple[type[BaseException], ...] = (
     RuntimeError,
@@ -126,6 +142,37 @@ def resolve_task(requested: str, architecture: str) -> str:
     return task
 
 
+class SentenceEmbedder(nn.Module):
+    """An encoder's token states -> one (B, H) ``sentence_embedding``, as sentence-transformers computes it.
+
+    mean: the average of the real tokens' states (padding masked out, count clamped at 1e-9 as
+    sentence-transformers' Pooling does); cls: the [CLS] token's state (not the pooler output). ``normalize`` divides
+    by the L2 norm (``torch.nn.functional.normalize``: clamped at 1e-12, like sentence-transformers' Normalize).
+    """
+
+    def __init__(self, encoder: nn.Module, pooling: str, normalize: bool):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ExportError(f"unknown pooling {pooling!r} (known: {', '.join(POOLINGS)})")
+        self.encoder = encoder
+        self.pooling = pooling
+        self.normalize = normalize
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        hidden = encoded["last_hidden_state"]  # (B, T, H)
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+        if self.normalize:
+            pooled = nn.functional.normalize(pooled, p=2.0, dim=-1)
+        return {"sentence_embedding": pooled}
+
+
 class OnnxAdapter(nn.Module):
     """Positional (input_ids, attention_mask, token_type_ids) -> the task's outputs as a tuple, for tracing."""
 
@@ -139,6 +186,24 @@ class OnnxAdapter(nn.Module):
     ) -> tuple[torch.Tensor, ...]:
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         return tuple(outputs[name] for name in self.output_names)
+
+
+def _embedding_settings(
+    checkpoint_dir: Path, task: str, pooling: str, normalize: bool | None
+) -> SentencePooling | None:
+    """feature-extraction's pooling and normalisation (None for other tasks, which take neither)."""
+    if task != "feature-extraction":
+        if pooling != "auto" or normalize is not None:
+            raise ExportError(f"pooling and normalize apply to feature-extraction only, not {task}")
+        return None
+    embedding = sentence_pooling(checkpoint_dir, pooling, normalize)
+    logger.info(
+        "sentence embedding: %s pooling%s (%s)",
+        embedding.pooling,
+        ", L2-normalised" if embedding.normalize else "",
+        "as given" if pooling != "auto" else embedding.source,
+    )
+    return embedding
 
 
 def export_onnx(adapter: OnnxAdapter, path: Path, task: str, opset: int) -> None:
@@ -224,8 +289,16 @@ def export_bundle(
     atol: float | None = None,
     precision: str = "fp32",
     rtol: float | None = None,
+    pooling: str = "auto",
+    normalize: bool | None = None,
 ) -> Bundle:
-    """Export a checkpoint folder into a validated bundle at out_dir; ExportError (ParityError) on any failure."""
+    """Export a checkpoint folder into a validated bundle at out_dir; ExportError (ParityError) on any failure.
+
+    ``pooling`` / ``normalize`` (feature-extraction only): how the graph turns token states into its
+    ``sentence_embedding``; "auto" / None read the checkpoint's sentence-transformers files (modules.json), else
+    mean pooling with L2 normalisation. A feature-extraction export without ``max_length`` takes
+    sentence_bert_config.json's ``max_seq_length`` when the checkpoint has one, as sentence-transformers truncates.
+    """
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     if quantize not in QUANTIZATIONS:
         raise ExportError(f"unknown quantization {quantize!r} (known: {', '.join(QUANTIZATIONS)})")
@@ -243,18 +316,25 @@ def export_bundle(
             config = load_config(checkpoint_dir)
             architecture = checkpoint_architecture(config)
             task = resolve_task(task, architecture)
-            model = load_model(checkpoint_dir, TASKS[task].architecture)
+            labels_problem = TASKS[task].labels_problem(config.id2label or {})
+            if labels_problem is not None:
+                raise ExportError(f"{checkpoint_dir}: {labels_problem}")
+            model: nn.Module = load_model(checkpoint_dir, TASKS[task].architecture)
         except CheckpointError as error:
             raise ExportError(str(error)) from error
+        embedding = _embedding_settings(checkpoint_dir, task, pooling, normalize)
+        if embedding is not None:
+            model = SentenceEmbedder(model, embedding.pooling, embedding.normalize)
+            if max_length is None and embedding.max_seq_length is not None:
+                max_length = min(embedding.max_seq_length, config.max_position_embeddings)
         tokenizer, special, do_lower_case, settings = prepare_tokenizer(checkpoint_dir, task, config.vocab_size)
         max_length = resolve_max_length(max_length, settings, config)
         adapter = OnnxAdapter(model, TASKS[task].outputs).eval()
         special_ids = SpecialIds(
             *(tokenizer.token_to_id(t) for t in (special.cls_token, special.sep_token, special.pad_token))
         )
-        batches = text_batches(tokenizer, max_length, special_ids.pad, config.type_vocab_size) + probe_batches(
-            config.vocab_size, special_ids, max_length, config.type_vocab_size
-        )
+        texts = text_batches(tokenizer, max_length, special_ids.pad, config.type_vocab_size)
+        batches = texts + probe_batches(config.vocab_size, special_ids, max_length, config.type_vocab_size)
         references = torch_references(adapter, batches)
     shape = (config.num_attention_heads, config.hidden_size, config.num_hidden_layers)
     outputs = TASKS[task].outputs
@@ -287,6 +367,11 @@ def export_bundle(
                 graph_rewrites.quantize_int8(model_path, int8_path)
                 tolerance = default_tolerance("fp32", "int8", atol, rtol)
                 parity["int8"] = check_parity(task, int8_path, batches, references, outputs, tolerance, "int8 graph")
+                # Sentence embeddings of natural text are held tighter than the random-token probe (cosine only).
+                parity["int8"]["texts"] = check_parity(
+                    task, int8_path, texts, references[: len(texts)], outputs, TEXT_TOLERANCE_INT8,
+                    "int8 graph on the probe texts",
+                )  # fmt: skip
                 speed_batch = probe_batches(
                     config.vocab_size, special_ids, max_length, config.type_vocab_size, [SPEED_BATCH], seed=1
                 )[0]
@@ -312,6 +397,8 @@ def export_bundle(
                 max_length=max_length,
                 id2label=dict(config.id2label or {}) if TASKS[task].needs_labels else {},
                 problem_type=config.problem_type if task == "text-classification" else None,
+                pooling=embedding.pooling if embedding is not None else None,
+                normalize=embedding.normalize if embedding is not None else False,
                 do_lower_case=do_lower_case,
                 clean_up_tokenization_spaces=bool(settings.get("clean_up_tokenization_spaces", True)),
                 special_tokens=special,

@@ -8,6 +8,7 @@ row here, one handler in ``service/tasks`` and one schema module in ``service/sc
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -27,9 +28,15 @@ class TaskSpec:
     primary_metric: str | None  # what fine-tuning keeps the best epoch by (None: not fine-tuned here)
     needs_labels: bool = False  # bundle.json must carry id2label
     pipeline_defaults: MappingProxyType[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # What the head's id2label must satisfy to serve this task: a function giving the problem (None: fine).
+    labels_rule: Callable[[Mapping[int, str]], str | None] | None = None
 
     def is_token_level(self, output: str) -> bool:
         return output in self.token_level
+
+    def labels_problem(self, id2label: Mapping[int, str]) -> str | None:
+        """Why a head with ``id2label`` cannot serve this task (None: it can). Export and the bundle reader ask."""
+        return None if self.labels_rule is None else self.labels_rule(id2label)
 
     def dynamic_axes(self) -> dict[str, dict[int, str]]:
         """torch.onnx.export's dynamic_axes: batch and sequence on the inputs and per-token outputs."""
@@ -41,6 +48,27 @@ class TaskSpec:
 
 def _frozen(**values: Any) -> MappingProxyType[str, Any]:
     return MappingProxyType(values)
+
+
+def entailment_id(id2label: Mapping[int, str]) -> int | None:
+    """The NLI head's entailment label, found as transformers' zero-shot pipeline finds it (starts with "entail")."""
+    return next((index for index, label in sorted(id2label.items()) if label.lower().startswith("entail")), None)
+
+
+def _nli_head(id2label: Mapping[int, str]) -> str | None:
+    if entailment_id(id2label) is None:
+        labels = ", ".join(label for _, label in sorted(id2label.items())) or "none"
+        return f"zero-shot-classification needs an NLI head with an entailment label; its labels are: {labels}"
+    return None
+
+
+def _relevance_head(id2label: Mapping[int, str]) -> str | None:
+    if len(id2label) not in (1, 2):
+        return (
+            "rerank needs a cross-encoder head with 1 output (a relevance logit) or 2 labels (not relevant, "
+            f"relevant); this head has {len(id2label)}"
+        )
+    return None
 
 
 TASKS: dict[str, TaskSpec] = {
@@ -98,12 +126,40 @@ TASKS: dict[str, TaskSpec] = {
         ),
         TaskSpec(
             name="feature-extraction",
-            outputs=("last_hidden_state", "pooler_output"),
-            token_level=frozenset({"last_hidden_state"}),
+            # One (B, H) sentence embedding: pooling (mean / cls) and, when asked, L2 normalisation run in the graph.
+            outputs=("sentence_embedding",),
+            token_level=frozenset(),
             architecture="BertModel",
             sources=frozenset({"BertModel", "BertForPreTraining", "BertForSequenceClassification"}),
             detect_from=frozenset({"BertModel"}),
             primary_metric=None,
+        ),
+        TaskSpec(
+            # A cross-encoder: [CLS] query [SEP] document [SEP] -> one relevance logit (sigmoid) or two labels
+            # (softmax, the second is relevant). A sequence classifier: chosen with --task rerank, never detected.
+            name="rerank",
+            outputs=("logits",),
+            token_level=frozenset(),
+            architecture="BertForSequenceClassification",
+            sources=frozenset({"BertForSequenceClassification"}),
+            detect_from=frozenset(),
+            primary_metric=None,
+            needs_labels=True,  # the head's labels: their count says how a logit becomes a score
+            pipeline_defaults=_frozen(top_n=None, return_documents=False),
+            labels_rule=_relevance_head,
+        ),
+        TaskSpec(
+            # An NLI classifier scoring (sequence, hypothesis) pairs: transformers' zero-shot-classification pipeline.
+            name="zero-shot-classification",
+            outputs=("logits",),
+            token_level=frozenset(),
+            architecture="BertForSequenceClassification",
+            sources=frozenset({"BertForSequenceClassification"}),
+            detect_from=frozenset(),
+            primary_metric=None,
+            needs_labels=True,
+            pipeline_defaults=_frozen(hypothesis_template="This example is {}.", multi_label=False),
+            labels_rule=_nli_head,
         ),
     )
 }

@@ -33,6 +33,8 @@ API_DESCRIPTION = """Pipeline-exact answers for fine-tuned BERT models (ONNX Run
 
 Every task route takes one input or a list of inputs and answers `{"model", "results"}` where
 `results` has one entry per input: **a single (non-list) input still gets a list of one**.
+The compatible routes answer in their protocol's shape: `/v1/embeddings` as OpenAI's embeddings API,
+`/embed` as text-embeddings-inference's.
 Every error has the body `{"error": {"type", "message"}}`.
 """
 
@@ -83,8 +85,8 @@ def create_app(settings: Settings | None = None, engines: Mapping[str, Engine] |
             loaded = dict(engines)
         for name, engine in loaded.items():
             if engine.worker.observer is None:
-                engine.worker.observer = metrics.observer(name)
-            metrics.watch_queue(name, functools.partial(getattr, engine.batcher, "queue_depth"))
+                engine.worker.observer = metrics.observer(name, engine.task)
+            metrics.watch_queue(name, engine.task, functools.partial(getattr, engine.batcher, "queue_depth"))
         registry = ModelRegistry(loaded)
         app.state.registry = registry
         starting = asyncio.create_task(registry.start_all())

@@ -9,6 +9,7 @@ await engine.stop(drain=True)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,7 @@ from model_export.tasks import task_spec
 from service.batcher import Batcher, BatchPolicy
 from service.errors import BadRequest, NotReady, RequestTimeout
 from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
-from service.settings import Settings
+from service.settings import EMBEDDING_TASK, Settings
 from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ def load_context(bundle: Bundle) -> ModelContext:
         sep_token_id=token_id(special.sep_token),
         pad_token_id=token_id(special.pad_token),
         clean_up_tokenization_spaces=spec.clean_up_tokenization_spaces,
+        embedding_normalized=spec.normalize,
     )
 
 
@@ -128,7 +130,11 @@ class Engine:
         self.context = context
         self.settings = settings
         token_level = task_spec(bundle.spec.task).token_level
-        self.batcher = Batcher(batch_policy(settings, token_output_width(runner, token_level)), name)
+        policy = batch_policy(settings, token_output_width(runner, token_level))
+        if bundle.spec.task == EMBEDDING_TASK:
+            # One embeddings request may bring max_embedding_inputs texts, one row each: the queue holds one such.
+            policy = dataclasses.replace(policy, max_queue=max(policy.max_queue, settings.max_embedding_inputs))
+        self.batcher = Batcher(policy, name)
         self.worker = Worker(name, self.batcher, runner, context.pad_token_id, token_level, observer)
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix=f"prepare-{name}")

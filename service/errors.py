@@ -58,7 +58,10 @@ class MethodNotAllowed(ServiceError):
 class PayloadTooLarge(ServiceError):
     status_code = 413
     error_type = "payload_too_large"
-    description = "Body larger than max_body_bytes, or more inputs than max_inputs_per_request."
+    description = (
+        "Body larger than max_body_bytes, or more inputs than max_inputs_per_request (max_embedding_inputs for "
+        "embeddings)."
+    )
 
 
 class UnsupportedMediaType(ServiceError):

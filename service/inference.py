@@ -42,13 +42,14 @@ class InferenceResult:
 async def run_inference(
     request: InferenceRequest, registry: ModelRegistry, settings: Settings, client_gone: ClientGone | None = None
 ) -> InferenceResult:
-    """Select the engine, enforce ``max_inputs_per_request``, infer; cancelled if ``client_gone`` returns first."""
+    """Select the engine, enforce the task's input limit (``Settings.max_inputs_for``: ``max_inputs_per_request``,
+    ``max_embedding_inputs`` for embeddings), infer; cancelled if ``client_gone`` returns first."""
     # No shutting_down check here: after SIGTERM uvicorn accepts no new connections, and a request already
     # sent on an open one is answered; the engines refuse work only once the lifespan stops them.
     engine = registry.select(request.task, request.model)
-    count = len(request.inputs)
-    if count > settings.max_inputs_per_request:
-        raise PayloadTooLarge(f"{count} inputs in one request; the limit is {settings.max_inputs_per_request}")
+    count, limit = len(request.inputs), settings.max_inputs_for(request.task)
+    if count > limit:
+        raise PayloadTooLarge(f"{count} inputs in one request; the limit is {limit}")
     work = engine.infer(request.inputs, request.params)
     results = await (work if client_gone is None else until_disconnected(work, client_gone))
     return InferenceResult(engine.name, results)

@@ -12,6 +12,7 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768)
 RATIO_BUCKETS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
+MODEL_LABELS = ("model", "task")  # every per-model series: the model's name and the task it serves
 
 
 class ServiceMetrics:
@@ -32,64 +33,64 @@ class ServiceMetrics:
         self.queue_seconds = Histogram(
             "bertserve_queue_seconds",
             "Time a row waited before its batch formed",
-            ["model"],
+            MODEL_LABELS,
             buckets=LATENCY_BUCKETS,
             registry=reg,
         )
         self.batch_size = Histogram(
-            "bertserve_batch_size", "Rows per batch", ["model"], buckets=SIZE_BUCKETS, registry=reg
+            "bertserve_batch_size", "Rows per batch", MODEL_LABELS, buckets=SIZE_BUCKETS, registry=reg
         )
         self.batch_tokens = Histogram(
             "bertserve_batch_tokens",
             "Padded tokens per batch (rows x longest row)",
-            ["model"],
+            MODEL_LABELS,
             buckets=TOKEN_BUCKETS,
             registry=reg,
         )
         self.padding_waste = Histogram(
             "bertserve_batch_padding_ratio",
             "Share of a batch's tokens that are padding",
-            ["model"],
+            MODEL_LABELS,
             buckets=RATIO_BUCKETS,
             registry=reg,
         )
         self.padding_tokens = Counter(
-            "bertserve_padding_tokens", "Padding tokens run through the model", ["model"], registry=reg
+            "bertserve_padding_tokens", "Padding tokens run through the model", MODEL_LABELS, registry=reg
         )
         self.real_tokens = Counter(
-            "bertserve_real_tokens", "Input tokens run through the model", ["model"], registry=reg
+            "bertserve_real_tokens", "Input tokens run through the model", MODEL_LABELS, registry=reg
         )
         self.inference_seconds = Histogram(
             "bertserve_inference_seconds",
             "Time per batch: pad, run the session, split outputs",
-            ["model"],
+            MODEL_LABELS,
             buckets=LATENCY_BUCKETS,
             registry=reg,
         )
         self.failed_batches = Counter(
-            "bertserve_failed_batches", "Batches whose inference failed", ["model"], registry=reg
+            "bertserve_failed_batches", "Batches whose inference failed", MODEL_LABELS, registry=reg
         )
-        self.queue_depth = Gauge("bertserve_queue_depth", "Rows waiting per model", ["model"], registry=reg)
+        self.queue_depth = Gauge("bertserve_queue_depth", "Rows waiting per model", MODEL_LABELS, registry=reg)
 
-    def observer(self, model: str) -> ModelMetrics:
-        return ModelMetrics(self, model)
+    def observer(self, model: str, task: str) -> ModelMetrics:
+        return ModelMetrics(self, model, task)
 
-    def watch_queue(self, model: str, depth: Callable[[], float]) -> None:
-        self.queue_depth.labels(model).set_function(depth)
+    def watch_queue(self, model: str, task: str, depth: Callable[[], float]) -> None:
+        self.queue_depth.labels(model, task).set_function(depth)
 
 
 class ModelMetrics:
     """The batch observer of one model (called from its worker thread; prometheus_client is thread-safe)."""
 
-    def __init__(self, metrics: ServiceMetrics, model: str) -> None:
-        self.queue_seconds = metrics.queue_seconds.labels(model)
-        self.batch_size = metrics.batch_size.labels(model)
-        self.batch_tokens = metrics.batch_tokens.labels(model)
-        self.padding_waste = metrics.padding_waste.labels(model)
-        self.padding_tokens = metrics.padding_tokens.labels(model)
-        self.real_tokens = metrics.real_tokens.labels(model)
-        self.inference_seconds = metrics.inference_seconds.labels(model)
-        self.failed_batches = metrics.failed_batches.labels(model)
+    def __init__(self, metrics: ServiceMetrics, model: str, task: str) -> None:
+        self.queue_seconds = metrics.queue_seconds.labels(model, task)
+        self.batch_size = metrics.batch_size.labels(model, task)
+        self.batch_tokens = metrics.batch_tokens.labels(model, task)
+        self.padding_waste = metrics.padding_waste.labels(model, task)
+        self.padding_tokens = metrics.padding_tokens.labels(model, task)
+        self.real_tokens = metrics.real_tokens.labels(model, task)
+        self.inference_seconds = metrics.inference_seconds.labels(model, task)
+        self.failed_batches = metrics.failed_batches.labels(model, task)
 
     def on_batch(self, stats: BatchStats) -> None:
         for seconds in stats.queue_seconds:

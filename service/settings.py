@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+EMBEDDING_TASK = "feature-extraction"
 
 
 def default_intra_op_threads() -> int:
@@ -52,6 +53,12 @@ class Settings(BaseSettings):
     timeout_s: float = Field(default=30.0, gt=0, description="Per-request deadline (504 after it).")
     max_body_bytes: int = Field(default=1 << 20, ge=1, description="Largest request body (413 above it).")
     max_inputs_per_request: int = Field(default=64, ge=1, description="Most inputs in one request (413 above it).")
+    max_embedding_inputs: int = Field(
+        default=2048,
+        ge=1,
+        description="Most texts in one embeddings request (/v1/embeddings, /embed; 413 above it), as OpenAI allows; "
+        "each text is one model row, so an embedding model's queue holds at least this many rows.",
+    )
     prepare_threads: int = Field(default=2, ge=1, description="Threads that tokenize requests off the event loop.")
     prepare_inline_chars: int = Field(
         default=1024,
@@ -77,6 +84,10 @@ class Settings(BaseSettings):
             if not sep or not name.strip() or not path.strip():
                 raise ValueError(f"model {pair!r} is not NAME=PATH")
         return value
+
+    def max_inputs_for(self, task: str) -> int:
+        """The most inputs one request of ``task`` may bring: embeddings come in large lists."""
+        return self.max_embedding_inputs if task == EMBEDDING_TASK else self.max_inputs_per_request
 
     def model_sources(self) -> dict[str, Path]:
         """Every model to serve, name -> bundle folder: the folders under ``models_dir``, then ``models``."""

@@ -1,17 +1,21 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from fastapi import APIRouter
 
 from service.api.deps import RegistryDep
 from service.schemas import ModelCard, ModelsResponse
+from service.schemas.common import OpenAIModel
 
 router = APIRouter(tags=["models"])
 
 
 @router.get("/v1/models", response_model=ModelsResponse)
 async def list_models(registry: RegistryDep) -> ModelsResponse:
-    """Every loaded model: name, task, labels, max length, quantization."""
-    cards = []
+    """Every loaded model: name, task, labels, max length, quantization (`models`); `data`: OpenAI's list shape."""
+    cards: list[ModelCard] = []
+    listed: list[OpenAIModel] = []
     for engine in registry.engines.values():
         info = engine.info
         cards.append(
@@ -25,4 +29,12 @@ async def list_models(registry: RegistryDep) -> ModelsResponse:
                 ready=engine.ready,
             )
         )
-    return ModelsResponse(models=cards)
+        listed.append(OpenAIModel(id=info.name, created=_written_at(engine.bundle.model_path)))
+    return ModelsResponse(models=cards, data=listed)
+
+
+def _written_at(path: Path) -> int:
+    try:
+        return int(path.stat().st_mtime)
+    except OSError:
+        return 0

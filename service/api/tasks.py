@@ -1,4 +1,7 @@
-"""The four v1 task routes. Each validates its body and hands it to ``service.inference``, the shared path."""
+"""The v1 task routes answering ``{"model", "results"}``.
+
+Each validates its body and hands it to ``service.inference``, the shared path.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from service.schemas import (
     TextClassificationResponse,
     TokenClassificationRequest,
     TokenClassificationResponse,
+    ZeroShotClassificationRequest,
+    ZeroShotClassificationResponse,
 )
 from service.schemas.common import TaskRequest
 from service.settings import Settings
@@ -27,6 +32,7 @@ text_classification_router = APIRouter(tags=["text-classification"])
 question_answering_router = APIRouter(tags=["question-answering"])
 token_classification_router = APIRouter(tags=["token-classification"])
 fill_mask_router = APIRouter(tags=["fill-mask"])
+zero_shot_classification_router = APIRouter(tags=["zero-shot-classification"])
 
 
 async def run_task(request: Request, body: TaskRequest, registry: ModelRegistry, settings: Settings) -> Response:
@@ -70,4 +76,14 @@ async def token_classification(
 @fill_mask_router.post("/v1/fill-mask", response_model=FillMaskResponse, responses=TASK_ERROR_RESPONSES)
 async def fill_mask(body: FillMaskRequest, request: Request, registry: RegistryDep, settings: SettingsDep) -> Response:
     """Predict the tokens behind mask tokens (transformers' fill-mask pipeline semantics)."""
+    return await run_task(request, body, registry, settings)
+
+
+@zero_shot_classification_router.post(
+    "/v1/zero-shot-classification", response_model=ZeroShotClassificationResponse, responses=TASK_ERROR_RESPONSES
+)
+async def zero_shot_classification(
+    body: ZeroShotClassificationRequest, request: Request, registry: RegistryDep, settings: SettingsDep
+) -> Response:
+    """Score texts against labels chosen per request with an NLI model (transformers' zero-shot pipeline)."""
     return await run_task(request, body, registry, settings)

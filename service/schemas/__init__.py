@@ -5,8 +5,25 @@ A request turns into the engine's ``(inputs, params)`` with ``to_task()``. Every
 """
 
 from service.schemas.common import ErrorDetail, ErrorResponse, HealthResponse, ModelCard, ModelsResponse, TaskRequest
+from service.schemas.embeddings import (
+    EmbeddingData,
+    EmbeddingsRequest,
+    EmbeddingsResponse,
+    EmbeddingsUsage,
+    TeiEmbedRequest,
+    TeiEmbedResponse,
+)
 from service.schemas.fill_mask import FillMaskPrediction, FillMaskRequest, FillMaskResponse
 from service.schemas.question_answering import QAAnswer, QAPair, QuestionAnsweringRequest, QuestionAnsweringResponse
+from service.schemas.rerank import (
+    RerankDocument,
+    RerankRequest,
+    RerankResponse,
+    RerankResult,
+    TeiRank,
+    TeiRerankRequest,
+    TeiRerankResponse,
+)
 from service.schemas.text_classification import (
     LabelScore,
     TextClassificationRequest,
@@ -14,8 +31,17 @@ from service.schemas.text_classification import (
     TextPair,
 )
 from service.schemas.token_classification import Entity, TokenClassificationRequest, TokenClassificationResponse
+from service.schemas.zero_shot_classification import (
+    ZeroShotClassificationRequest,
+    ZeroShotClassificationResponse,
+    ZeroShotResult,
+)
 
 __all__ = [
+    "EmbeddingData",
+    "EmbeddingsRequest",
+    "EmbeddingsResponse",
+    "EmbeddingsUsage",
     "Entity",
     "ErrorDetail",
     "ErrorResponse",
@@ -30,10 +56,22 @@ __all__ = [
     "QAPair",
     "QuestionAnsweringRequest",
     "QuestionAnsweringResponse",
+    "RerankDocument",
+    "RerankRequest",
+    "RerankResponse",
+    "RerankResult",
     "TaskRequest",
+    "TeiEmbedRequest",
+    "TeiEmbedResponse",
+    "TeiRank",
+    "TeiRerankRequest",
+    "TeiRerankResponse",
     "TextClassificationRequest",
     "TextClassificationResponse",
     "TextPair",
     "TokenClassificationRequest",
     "TokenClassificationResponse",
+    "ZeroShotClassificationRequest",
+    "ZeroShotClassificationResponse",
+    "ZeroShotResult",
 ]

@@ -6,6 +6,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from model_export.tasks import TASK_NAMES
+
 # Bounds that cannot change an answer (no bundle is longer than 512 tokens) but keep numbers sane.
 MAX_TOKENS = 512
 MAX_TOP_K = 1000
@@ -28,12 +30,21 @@ class ErrorResponse(BaseModel):
 
 class ModelCard(BaseModel):
     name: str
-    task: str
+    task: str = Field(description=f"The task it serves, one of: {', '.join(TASK_NAMES)}.")
     labels: list[str] = Field(description="Label names in id order (classification tasks; empty otherwise).")
     max_length: int = Field(description="Longest row the model takes, in tokens, special tokens included.")
     quantization: str = Field(description="none or int8")
     precision: str = Field(description="fp32 or fp16")
     ready: bool
+
+
+class OpenAIModel(BaseModel):
+    """A model as OpenAI's ``GET /v1/models`` lists it (what OpenAI clients' ``models.list()`` reads)."""
+
+    id: str = Field(description="The model's name, as requests name it.")
+    object: Literal["model"] = "model"
+    created: int = Field(0, description="Unix time the model's bundle was written.")
+    owned_by: str = "bertserve"
 
 
 class ModelsResponse(BaseModel):
@@ -51,13 +62,19 @@ class ModelsResponse(BaseModel):
                             "precision": "fp32",
                             "ready": True,
                         }
-                    ]
+                    ],
+                    "object": "list",
+                    "data": [{"id": "sst2", "object": "model", "created": 1767225600, "owned_by": "bertserve"}],
                 }
             ]
         }
     )
 
     models: list[ModelCard]
+    object: Literal["list"] = "list"
+    data: list[OpenAIModel] = Field(
+        default_factory=list, description="The same models in OpenAI's list shape, for OpenAI clients."
+    )
 
 
 class HealthResponse(BaseModel):

@@ -1,4 +1,4 @@
-"""The contract between the engine and the four task handlers.
+"""The contract between the engine and the task handlers.
 
 A handler turns one request's inputs into model rows (``ModelRow``; long inputs become several
 windows) and turns those rows' outputs back into pipeline-shaped answers. Handlers are pure:
@@ -49,6 +49,8 @@ class ModelContext:
     pad_token_id: int
     # tokenizer_config.json's flag (tokenizer.json lacks it): decoded strings depend on it.
     clean_up_tokenization_spaces: bool = True
+    # feature-extraction: the graph L2-normalises its sentence_embedding (bundle.json's normalize).
+    embedding_normalized: bool = False
 
 
 class InputError(ValueError):

@@ -45,7 +45,7 @@ def require_top_k(top_k: int, what: str = "top_k") -> int:
 
 
 def truncating_tokenizer(
-    base: Tokenizer, max_length: int, stride: int = 0, strategy: str = "longest_first"
+    base: Tokenizer, max_length: int, stride: int = 0, strategy: str = "longest_first", direction: str = "right"
 ) -> Tokenizer:
     """This thread's copy of ``base``, with truncation (and overflowing windows) set as asked.
 
@@ -62,10 +62,10 @@ def truncating_tokenizer(
         configured.no_padding()
         copies[id(base)] = hit = (base, configured)
     configured = hit[1]
-    wanted = {"max_length": max_length, "stride": stride, "strategy": strategy, "direction": "right"}
+    wanted = {"max_length": max_length, "stride": stride, "strategy": strategy, "direction": direction}
     current = configured.truncation
     if current is None or any(current.get(key) != value for key, value in wanted.items()):
-        configured.enable_truncation(max_length, stride=stride, strategy=strategy, direction="right")
+        configured.enable_truncation(max_length, stride=stride, strategy=strategy, direction=direction)
     return configured
 
 

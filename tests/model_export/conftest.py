@@ -26,6 +26,8 @@ LABELS = {
     "text-classification": ["negative", "neutral", "positive"],
     "token-classification": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"],
     "question-answering": ["start", "end"],
+    "rerank": ["LABEL_0"],  # one relevance logit
+    "zero-shot-classification": ["contradiction", "neutral", "entailment"],
 }
 TINY = {
     "hidden_size": 32,
@@ -121,7 +123,8 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str],
 
 @pytest.fixture(scope="session")
 def bundle(tmp_path_factory: pytest.TempPathFactory, checkpoint: Callable[[str, str], Path]) -> Callable[..., Path]:
-    """bundle(origin, task, quantize="none") -> a cached bundle folder exported with task="auto"."""
+    """bundle(origin, task, quantize="none") -> a cached bundle folder exported with task="auto" (or, for a task
+    never auto-detected such as rerank, with its name)."""
     from model_export.export import export_bundle
 
     root = tmp_path_factory.mktemp("bundles")
@@ -130,7 +133,10 @@ def bundle(tmp_path_factory: pytest.TempPathFactory, checkpoint: Callable[[str, 
     def get(origin: str, task: str, quantize: str = "none") -> Path:
         key = (origin, task, quantize)
         if key not in made:
-            made[key] = export_bundle(checkpoint(origin, task), root / "-".join(key), quantize=quantize).path
+            requested = "auto" if TASK_TABLE[task].detect_from else task
+            made[key] = export_bundle(
+                checkpoint(origin, task), root / "-".join(key), task=requested, quantize=quantize
+            ).path
         return made[key]
 
     return get

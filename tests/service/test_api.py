@@ -15,6 +15,12 @@ TASK_ROUTES = {
     "question-answering": ("/v1/question-answering", "QuestionAnsweringRequest", "QuestionAnsweringResponse"),
     "token-classification": ("/v1/token-classification", "TokenClassificationRequest", "TokenClassificationResponse"),
     "fill-mask": ("/v1/fill-mask", "FillMaskRequest", "FillMaskResponse"),
+    "rerank": ("/v1/rerank", "RerankRequest", "RerankResponse"),
+    "zero-shot-classification": (
+        "/v1/zero-shot-classification",
+        "ZeroShotClassificationRequest",
+        "ZeroShotClassificationResponse",
+    ),
 }
 
 
@@ -193,13 +199,14 @@ def test_metrics_expose_the_named_series(client: TestClient) -> None:
     for series in (
         "bertserve_request_duration_seconds_bucket",
         "bertserve_requests_in_flight",
-        'bertserve_queue_seconds_count{model="fill-mask"}',
-        'bertserve_batch_size_bucket{le="1.0",model="fill-mask"}',
-        'bertserve_batch_tokens_sum{model="fill-mask"}',
-        'bertserve_batch_padding_ratio_count{model="fill-mask"}',
-        'bertserve_padding_tokens_total{model="fill-mask"}',
-        'bertserve_inference_seconds_count{model="fill-mask"}',
-        'bertserve_queue_depth{model="fill-mask"}',
+        'bertserve_queue_seconds_count{model="fill-mask",task="fill-mask"}',
+        'bertserve_batch_size_bucket{le="1.0",model="fill-mask",task="fill-mask"}',
+        'bertserve_batch_tokens_sum{model="fill-mask",task="fill-mask"}',
+        'bertserve_batch_padding_ratio_count{model="fill-mask",task="fill-mask"}',
+        'bertserve_padding_tokens_total{model="fill-mask",task="fill-mask"}',
+        'bertserve_inference_seconds_count{model="fill-mask",task="fill-mask"}',
+        'bertserve_queue_depth{model="fill-mask",task="fill-mask"}',
+        'bertserve_queue_depth{model="sentiment-b",task="text-classification"}',
     ):
         assert series in text, series
 
@@ -218,6 +225,8 @@ def test_openapi_has_typed_models_with_examples(client: TestClient) -> None:
         assert schemas[request_model]["examples"] and schemas[response_model]["examples"]
         if request_model == "TokenClassificationRequest":  # exactly one of inputs (texts) and words
             assert {"inputs", "words"} <= set(schemas[request_model]["properties"])
+        elif request_model == "RerankRequest":
+            assert {"query", "documents"} <= set(schemas[request_model]["required"])
         else:
             assert "inputs" in schemas[request_model]["required"]
     assert spec["paths"]["/v1/models"]["get"]["responses"]["200"]["content"]["application/json"]["schema"][

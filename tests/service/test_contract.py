@@ -23,7 +23,7 @@ import pytest
 
 from service.app import create_app
 from service.settings import Settings
-from tests.service.tiny_models import TinyModel
+from tests.service.tiny_models import SERVED_TASKS, TinyModel
 
 
 def free_port() -> int:
@@ -101,10 +101,15 @@ def test_generated_typed_client_round_trips(server_url: str, tmp_path: Path) -> 
             f"{api}.token_classification.token_classification_v1_token_classification_post"
         )
         fill = importlib.import_module(f"{api}.fill_mask.fill_mask_v1_fill_mask_post")
+        rerank = importlib.import_module(f"{api}.rerank.rerank_v1_rerank_post")
+        tei_rerank = importlib.import_module(f"{api}.rerank.tei_rerank_rerank_post")
+        zero_shot = importlib.import_module(
+            f"{api}.zero_shot_classification.zero_shot_classification_v1_zero_shot_classification_post"
+        )
         client = client_module.Client(base_url=server_url)
 
         cards = list_models.sync(client=client)
-        assert isinstance(cards, models.ModelsResponse) and len(cards.models) == 4
+        assert isinstance(cards, models.ModelsResponse) and len(cards.models) == len(SERVED_TASKS)
 
         labels = classify.sync(client=client, body=models.TextClassificationRequest(inputs=["good", "bad"], top_k=2))
         assert isinstance(labels, models.TextClassificationResponse)
@@ -120,6 +125,21 @@ def test_generated_typed_client_round_trips(server_url: str, tmp_path: Path) -> 
 
         filled = fill.sync(client=client, body=models.FillMaskRequest(inputs="the [MASK] was good.", top_k=2))
         assert isinstance(filled, models.FillMaskResponse) and len(filled.results[0][0]) == 2
+
+        documents = ["paris is the capital of france.", "the movie was good.", "john lives in paris."]
+        question = models.RerankRequest(query="where is john?", documents=documents, top_n=2, return_documents=True)
+        ranked = rerank.sync(client=client, body=question)
+        assert isinstance(ranked, models.RerankResponse) and len(ranked.results) == 2
+        assert all(isinstance(item, models.RerankResult) for item in ranked.results)
+        assert all(documents[item.index] == item.document.text for item in ranked.results)
+        tei = tei_rerank.sync(client=client, body=models.TeiRerankRequest(query="paris", texts=documents))
+        assert isinstance(tei, list) and sorted(item.index for item in tei) == [0, 1, 2]
+
+        body = models.ZeroShotClassificationRequest(inputs=["the movie was good."], candidate_labels=["film", "city"])
+        labelled = zero_shot.sync(client=client, body=body)
+        assert isinstance(labelled, models.ZeroShotClassificationResponse)
+        assert isinstance(labelled.results[0], models.ZeroShotResult)
+        assert sorted(labelled.results[0].labels) == ["city", "film"]
 
         missing = classify.sync(client=client, body=models.TextClassificationRequest(inputs="x", model="nope"))
         assert isinstance(missing, models.ErrorResponse) and missing.error.type_ == "model_not_found"

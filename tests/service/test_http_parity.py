@@ -60,6 +60,7 @@ def pipelines(tiny_models: dict[str, TinyModel]) -> dict[str, Any]:
     return {
         task: transformers.pipeline(task, model=str(model.checkpoint), tokenizer=str(model.checkpoint), device="cpu")
         for task, model in tiny_models.items()
+        if task in transformers.pipelines.SUPPORTED_TASKS  # rerank has no pipeline
     }
 
 

@@ -15,10 +15,19 @@ from pathlib import Path
 
 from model_export.tasks import TASKS
 
-SERVED_TASKS = ("text-classification", "token-classification", "question-answering", "fill-mask")
+SERVED_TASKS = (
+    "text-classification",
+    "token-classification",
+    "question-answering",
+    "fill-mask",
+    "rerank",
+    "zero-shot-classification",
+)
 TASK_ARCHITECTURES = {task: TASKS[task].architecture for task in SERVED_TASKS}
 CLASSIFICATION_LABELS = ["negative", "neutral", "positive"]
 NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-MISC", "I-MISC"]
+RERANK_LABELS = ["LABEL_0"]  # one relevance logit, as cross-encoders (ms-marco, bge-reranker) have it
+NLI_LABELS = ["contradiction", "neutral", "entailment"]
 MAX_LENGTH = 128
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -85,7 +94,12 @@ def build_checkpoint(task: str, folder: Path, seed: int = 0) -> None:
     vocab_file.write_text("\n".join(build_vocab()) + "\n")
     tokenizer = BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True, model_max_length=MAX_LENGTH)
     tokenizer.save_pretrained(folder)
-    labels = {"text-classification": CLASSIFICATION_LABELS, "token-classification": NER_LABELS}.get(task)
+    labels = {
+        "text-classification": CLASSIFICATION_LABELS,
+        "token-classification": NER_LABELS,
+        "rerank": RERANK_LABELS,
+        "zero-shot-classification": NLI_LABELS,
+    }.get(task)
     label_kwargs = (
         {"id2label": dict(enumerate(labels)), "label2id": {label: i for i, label in enumerate(labels)}}
         if labels
@@ -133,7 +147,7 @@ def export_with_torch(task: str, checkpoint: Path, folder: Path) -> None:
 
     sample = torch.ones((2, 8), dtype=torch.long)
     token_level = {name: {0: "batch", 1: "sequence"} for name in outputs}
-    if task == "text-classification":
+    if not TASKS[task].token_level:
         token_level = {name: {0: "batch"} for name in outputs}
     torch.onnx.export(
         Wrapper().eval(),
@@ -152,15 +166,7 @@ def export_with_torch(task: str, checkpoint: Path, folder: Path) -> None:
     )
     shutil.copy(checkpoint / "tokenizer.json", folder / "tokenizer.json")
     config = json.loads((checkpoint / "config.json").read_text())
-    id2label = (
-        {int(k): v for k, v in config.get("id2label", {}).items()}
-        if task
-        in (
-            "text-classification",
-            "token-classification",
-        )
-        else {}
-    )
+    id2label = {int(k): v for k, v in config.get("id2label", {}).items()} if TASKS[task].needs_labels else {}
     spec = BundleSpec(
         task=task,
         architecture=TASK_ARCHITECTURES[task],

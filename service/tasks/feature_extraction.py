@@ -1,0 +1,95 @@
+"""Sentence embeddings from a feature-extraction bundle: one model row per text, its ``sentence_embedding``.
+
+Pooling (mean or [CLS]) and, when bundle.json's ``normalize`` says so, L2 normalisation run inside the graph, as
+sentence-transformers computes them. This handler tokenizes (truncating to the model's max length unless asked not
+to) and shapes the vector: ``dimensions`` keeps its first N values and re-normalises them (OpenAI's
+Matryoshka-style cut), ``normalize`` L2-normalises a vector the graph did not normalise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from model_export.tasks import task_spec
+from service.tasks.base import InputError, ModelContext, Prepared
+from service.tasks.common import encode_batch, to_sequence, truncating_tokenizer
+
+DIRECTIONS = ("right", "left")
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingParams:
+    # None: the vector as the bundle's graph gives it (normalised when bundle.json says normalize); True: L2-normalised;
+    # False: the graph's vector unchanged (a graph that normalises cannot be undone).
+    normalize: bool | None = None
+    truncate: bool = True  # False: a text longer than the model's max length is a client error naming its length
+    truncation_direction: str = "right"  # which end of a long text is cut
+    dimensions: int | None = None  # keep the first N values (then re-normalise when the result is normalised)
+
+
+@dataclass(frozen=True, slots=True)
+class Embedding:
+    vector: np.ndarray  # (dimensions or hidden size,) float32
+    tokens: int  # tokens the model read for this text, special tokens included
+
+
+def _check_params(params: EmbeddingParams) -> str:
+    dimensions = params.dimensions
+    if dimensions is not None and (isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1):
+        raise InputError(f"dimensions must be an integer >= 1, got {dimensions!r}")
+    direction = params.truncation_direction.lower()
+    if direction not in DIRECTIONS:
+        raise InputError(f"truncation_direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    return direction
+
+
+def _text(item: Any, index: int) -> str:
+    if not isinstance(item, str):
+        raise InputError(f"input {index} must be a string, got {type(item).__name__}")
+    return item
+
+
+def l2_normalized(vector: np.ndarray) -> np.ndarray:
+    """``vector / ||vector||`` in float32 (norm clamped at 1e-12, as torch's normalize and sentence-transformers do)."""
+    norm = float(np.linalg.norm(vector.astype(np.float64)))
+    return (vector / np.float32(max(norm, 1e-12))).astype(np.float32)
+
+
+class FeatureExtractionHandler:
+    task: str = "feature-extraction"
+    output_names: tuple[str, ...] = task_spec("feature-extraction").outputs
+
+    def prepare(self, ctx: ModelContext, inputs: list[Any], params: EmbeddingParams) -> list[Prepared]:
+        direction = _check_params(params)
+        texts = [_text(item, index) for index, item in enumerate(inputs)]
+        if params.truncate:
+            tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, direction=direction)
+        else:
+            tokenizer = ctx.tokenizer  # no truncation configured: the lengths below are the texts' own
+        encodings = encode_batch(tokenizer, texts, "text")
+        if not params.truncate:
+            for index, encoding in enumerate(encodings):
+                if len(encoding.ids) > ctx.max_length:
+                    raise InputError(
+                        f"input {index} is {len(encoding.ids)} tokens long; the model takes at most {ctx.max_length}"
+                        " (truncate: true cuts it)"
+                    )
+        return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
+
+    def postprocess(
+        self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: EmbeddingParams
+    ) -> Embedding:
+        vector = np.asarray(outputs[0]["sentence_embedding"], dtype=np.float32)
+        size = int(vector.shape[-1])
+        cut = params.dimensions is not None and params.dimensions < size
+        if params.dimensions is not None:
+            if params.dimensions > size:
+                raise InputError(f"dimensions {params.dimensions} is more than the model's {size}")
+            vector = vector[: params.dimensions]
+        normalized = ctx.embedding_normalized if params.normalize is None else params.normalize
+        if normalized and (cut or not ctx.embedding_normalized):
+            vector = l2_normalized(vector)
+        return Embedding(vector=vector, tokens=len(prepared.sequences[0]))

@@ -1,0 +1,98 @@
+"""Rerank: a cross-encoder scores ``[CLS] query [SEP] document [SEP]`` for each document of a request.
+
+The head has one output (a relevance logit: score = sigmoid(logit), as sentence-transformers' CrossEncoder and
+TEI give it) or two labels (score = the second, "relevant", label's softmax probability). The raw score is the
+logit whose sigmoid is the score: the logit itself, or for two labels ``logit[1] - logit[0]``. Long documents are
+truncated on the document side only (``only_second``), never the query; a query that leaves no room for a
+document token is a client error. Every document is one input (one model row); the routers rank them with ``rank``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from model_export.tasks import task_spec
+from service.tasks.base import InputError, ModelContext, Prepared
+from service.tasks.common import encode_batch, require_text, sigmoid, softmax, to_sequence, truncating_tokenizer
+
+DIRECTIONS = ("right", "left")
+
+
+@dataclass(frozen=True, slots=True)
+class RerankParams:
+    query: str
+    truncate: bool = True  # False: a (query, document) pair longer than the model's max length is a client error
+    truncation_direction: str = "right"  # which end of a long document is cut
+
+
+@dataclass(frozen=True, slots=True)
+class RelevanceScore:
+    """One document's answer: ``score`` in [0, 1] and ``raw_score``, the logit whose sigmoid it is."""
+
+    score: float
+    raw_score: float
+
+
+def rank(scores: Sequence[float], top_n: int | None = None) -> list[int]:
+    """Document indices by score, best first (equal scores keep the documents' order), the first ``top_n``."""
+    order = sorted(range(len(scores)), key=lambda index: -scores[index])
+    return order if top_n is None else order[:top_n]
+
+
+def relevance(logits: np.ndarray) -> RelevanceScore:
+    """A cross-encoder head's logits for one pair -> its relevance score and raw score."""
+    logits = np.asarray(logits, dtype=np.float32).reshape(-1)
+    if logits.shape[0] == 1:
+        return RelevanceScore(score=float(sigmoid(logits)[0]), raw_score=float(logits[0]))
+    if logits.shape[0] == 2:
+        return RelevanceScore(score=float(softmax(logits)[1]), raw_score=float(logits[1] - logits[0]))
+    raise ValueError(f"a rerank head gives 1 or 2 logits, this one gives {logits.shape[0]}")
+
+
+def _check_params(params: RerankParams) -> str:
+    require_text(params.query, "query")
+    direction = params.truncation_direction.lower()
+    if direction not in DIRECTIONS:
+        known = ", ".join(DIRECTIONS)
+        raise InputError(f"truncation_direction must be one of {known}, got {params.truncation_direction!r}")
+    return direction
+
+
+class RerankHandler:
+    task: str = "rerank"
+    output_names: tuple[str, ...] = task_spec("rerank").outputs
+
+    def prepare(self, ctx: ModelContext, inputs: list[Any], params: RerankParams) -> list[Prepared]:
+        direction = _check_params(params)
+        documents = [require_text(document, f"document {index}") for index, document in enumerate(inputs)]
+        if not documents:
+            raise InputError("no documents to rerank")
+        query_tokens = len(ctx.tokenizer.encode(params.query, add_special_tokens=False))
+        special = ctx.tokenizer.num_special_tokens_to_add(is_pair=True)
+        if query_tokens + special >= ctx.max_length:
+            raise InputError(
+                f"the query is {query_tokens} tokens; with {special} special tokens it leaves no room for a document "
+                f"in the model's {ctx.max_length} (queries are never truncated)"
+            )
+        pairs = [(params.query, document) for document in documents]
+        if params.truncate:
+            tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, strategy="only_second", direction=direction)
+            encodings = encode_batch(tokenizer, pairs, "query and document")
+        else:
+            encodings = encode_batch(ctx.tokenizer, pairs, "query and document")
+            for index, encoding in enumerate(encodings):
+                if len(encoding.ids) > ctx.max_length:
+                    raise InputError(
+                        f"document {index} with the query is {len(encoding.ids)} tokens; the model takes at most "
+                        f"{ctx.max_length} (truncate: true cuts the document)"
+                    )
+        return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
+
+    def postprocess(
+        self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: RerankParams
+    ) -> RelevanceScore:
+        return relevance(outputs[0]["logits"])
