@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 
 import httpx
 import numpy as np
@@ -72,3 +74,36 @@ async def serving(
             if ready:
                 await wait_ready(client)
             yield app, client
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def real_server(settings: Settings, ready_timeout_s: float = 30.0) -> Iterator[str]:
+    """A real uvicorn server (in a thread) on ``settings.port``; yields its base URL once /health/ready answers 200."""
+    import uvicorn
+
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=settings.port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{settings.port}"
+    deadline = time.monotonic() + ready_timeout_s
+    try:
+        while True:
+            try:
+                if httpx.get(f"{url}/health/ready").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "server never became ready"
+            time.sleep(0.05)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(10)

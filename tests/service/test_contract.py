@@ -10,32 +10,21 @@ import importlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from service.app import create_app
 from service.settings import Settings
+from tests.service.apptools import free_port, real_server
 from tests.service.tiny_models import SERVED_TASKS, TinyModel
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def server_url(tiny_models: dict[str, TinyModel]) -> Iterator[str]:
-    import uvicorn
-
     port = free_port()
     settings = Settings(
         models=[f"{task}={model.bundle}" for task, model in tiny_models.items()],
@@ -45,22 +34,8 @@ def server_url(tiny_models: dict[str, TinyModel]) -> Iterator[str]:
         max_body_bytes=64 * 1024,
         timeout_s=20,
     )
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/health/ready").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "server never became ready"
-        time.sleep(0.05)
-    yield url
-    server.should_exit = True
-    thread.join(10)
+    with real_server(settings) as url:
+        yield url
 
 
 def venv_tool(name: str) -> str:

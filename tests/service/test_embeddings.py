@@ -7,8 +7,6 @@ also driven by the official ``openai`` client against a real uvicorn server.
 from __future__ import annotations
 
 import base64
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
+from tests.service.apptools import free_port, real_server
 from tests.service.embedding_checks import assert_same_neighbours, cosines
 
 SENTENCES = [
@@ -73,17 +72,9 @@ def oracle(sentence_models: dict[str, Path]) -> dict[str, np.ndarray]:
     return vectors
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server_url(bundles: dict[str, Path]) -> Iterator[str]:
     """A real uvicorn server (in a thread) serving the three embedding bundles."""
-    import uvicorn
-
     port = free_port()
     settings = Settings(
         models=[f"{name}={path}" for name, path in bundles.items()],
@@ -92,22 +83,8 @@ def server_url(bundles: dict[str, Path]) -> Iterator[str]:
         max_inputs_per_request=4,  # the v1 task routes' limit; embeddings have their own (max_embedding_inputs)
         timeout_s=20,
     )
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/health/ready").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "server never became ready"
-        time.sleep(0.05)
-    yield url
-    server.should_exit = True
-    thread.join(10)
+    with real_server(settings) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
