@@ -16,20 +16,13 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
+from tests.model_export.test_real_models import SENTENCES as REAL_SENTENCES
 from tests.service.embedding_checks import assert_same_neighbours, cosines
 
 pytestmark = pytest.mark.slow
 
 SENTENCES = [
-    "A man is eating food.",
-    "A man is eating a piece of bread.",
-    "The girl is carrying a baby.",
-    "A man is riding a horse.",
-    "A woman is playing violin.",
-    "Two men pushed carts through the woods.",
-    "A man is riding a white horse on an enclosed ground.",
-    "A monkey is playing drums.",
-    "Someone in a gorilla costume is playing a set of drums.",
+    *REAL_SENTENCES,
     # Over 256 tokens: sentence-transformers truncates at sentence_bert_config.json's max_seq_length, and so do we.
     "The committee met on Thursday to discuss the budget for the coming year, " * 20,
 ]
