@@ -32,8 +32,12 @@ logger = logging.getLogger("service")
 
 
 # Flags whose spelling is not the field's name with dashes (the first is the documented one).
-FLAG_NAMES: dict[str, tuple[str, ...]] = {"models_dir": ("--models", "--models-dir"), "models": ("--model",)}
-METAVARS: dict[str, str] = {"models_dir": "DIR", "models": "NAME=PATH"}
+FLAG_NAMES: dict[str, tuple[str, ...]] = {
+    "models_dir": ("--models", "--models-dir"),
+    "models": ("--model",),
+    "api_keys": ("--api-key",),
+}
+METAVARS: dict[str, str] = {"models_dir": "DIR", "models": "NAME=PATH", "api_keys": "KEY"}
 TYPE_METAVARS: dict[Any, str] = {int: "N", float: "NUM", Path: "PATH"}
 
 

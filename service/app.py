@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +24,7 @@ from service.api import ROUTERS
 from service.engine import Engine
 from service.errors import InvalidRequest, ServiceError, error_body, http_error_type
 from service.metrics import ServiceMetrics
-from service.middleware import BodyLimitMiddleware, MetricsMiddleware
+from service.middleware import ApiKeyMiddleware, BodyLimitMiddleware, MetricsMiddleware
 from service.registry import ModelRegistry, load_engines
 from service.settings import Settings
 
@@ -119,8 +120,31 @@ def create_app(settings: Settings | None = None, engines: Mapping[str, Engine] |
     app.add_exception_handler(Exception, _unexpected_error)
     known_paths = frozenset(getattr(route, "path", "") for route in app.routes)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    if settings.api_keys:
+        app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, protect_metrics=settings.protect_metrics)
+        _declare_bearer_auth(app)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_paths=known_paths)
     return app
+
+
+def _declare_bearer_auth(app: FastAPI) -> None:
+    """OpenAPI says every route needs a bearer token (generated clients then send it); health stays open."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            bearer = {"bearerAuth": {"type": "http", "scheme": "bearer"}}
+            schema.setdefault("components", {})["securitySchemes"] = bearer
+            schema["security"] = [{"bearerAuth": []}]
+            for path, operations in schema.get("paths", {}).items():
+                if path.startswith("/health"):
+                    for operation in operations.values():
+                        operation["security"] = []
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _log_start_failure(task: asyncio.Task[None]) -> None:

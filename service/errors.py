@@ -29,6 +29,17 @@ class ServiceError(Exception):
         return error_body(self.error_type, self.message)
 
 
+class Unauthorized(ServiceError):
+    """No API key, or not one of the configured keys."""
+
+    status_code = 401
+    error_type = "unauthorized"
+    description = "A missing or wrong API key ('Authorization: Bearer KEY')."
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": 'Bearer realm="bertserve"'}
+
+
 class BadRequest(ServiceError):
     status_code = 400
     error_type = "bad_request"

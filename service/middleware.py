@@ -1,13 +1,15 @@
-"""Pure ASGI middlewares: request metrics (outermost) and the request body size limit."""
+"""Pure ASGI middlewares: request metrics (outermost), API keys and the request body size limit."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import time
+from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import PayloadTooLarge, ServiceError
+from service.errors import PayloadTooLarge, ServiceError, Unauthorized
 from service.metrics import ServiceMetrics
 
 
@@ -52,6 +54,31 @@ class MetricsMiddleware:
                 template = scope["path"] if scope["path"] in self.known_paths else "unmatched"
             self.metrics.requests.labels(template, str(status)).inc()
             self.metrics.request_seconds.labels(template).observe(time.perf_counter() - started)
+
+
+class ApiKeyMiddleware:
+    """401 unless ``Authorization: Bearer KEY`` names one of ``keys``; health (and metrics, unless protected) stay open.
+
+    Every key is compared, in constant time, whatever the outcome: the time taken tells nothing about the keys.
+    Keys are never logged: the 401 names neither the key sent nor the ones expected.
+    """
+
+    def __init__(self, app: ASGIApp, keys: Sequence[str], protect_metrics: bool = False) -> None:
+        self.app = app
+        self.keys = [key.encode() for key in keys]
+        self.open_prefixes = ("/health",) if protect_metrics else ("/health", "/metrics")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(self.open_prefixes) or self._authorised(scope):
+            await self.app(scope, receive, send)
+            return
+        await send_error(send, Unauthorized("missing or wrong API key: send 'Authorization: Bearer KEY'"))
+
+    def _authorised(self, scope: Scope) -> bool:
+        header = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
+        scheme, _, token = header.partition(b" ")
+        matches = [hmac.compare_digest(token.strip(), key) for key in self.keys]
+        return scheme.lower() == b"bearer" and any(matches)
 
 
 class BodyLimitMiddleware:

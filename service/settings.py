@@ -68,8 +68,15 @@ class Settings(BaseSettings):
     )
     log_level: LogLevel = Field(default="info", description="Log level of the service and uvicorn.")
     access_log: bool = Field(default=False, description="Log one line per request (costs time per request).")
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        repr=False,
+        description="Accepted API keys (env: comma-separated; several keys allow rotation). When set, every route "
+        "but health (and metrics, unless protect_metrics) needs 'Authorization: Bearer KEY'.",
+    )
+    protect_metrics: bool = Field(default=False, description="With api_keys set, /metrics needs a key too.")
 
-    @field_validator("models", mode="before")
+    @field_validator("models", "api_keys", mode="before")
     @classmethod
     def split_model_list(cls, value: object) -> object:
         if isinstance(value, str):
