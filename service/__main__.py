@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import logging
 import signal
+import socket
 import sys
 import threading
 import types
@@ -106,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         print("bertserve: error: no models to serve (use --models DIR or --model NAME=PATH)", file=sys.stderr)
         return 2
 
+    if (problem := port_problem(settings.host, settings.port)) is not None:
+        print(f"bertserve: error: {problem}", file=sys.stderr)
+        return 2
+
     from service.app import create_app
     from service.registry import load_engines
 
@@ -127,6 +132,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     GracefulServer(config, app).run()
     return 0
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on host:port (taken, not allowed), found before any model loads."""
+    if port == 0:
+        return None
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        return f"cannot listen on {host}:{port}: {exc.strerror}"
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a listener still blocks
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return (
+                f"cannot listen on {host}:{port} ({exc.strerror}); choose another port: --port N "
+                f"(make serve PORT=N)"
+            )
+    return None
 
 
 def drain_seconds(settings: Settings) -> int:
