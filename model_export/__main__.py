@@ -47,6 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="feature-extraction: L2-normalise the sentence embedding in the graph (default: as modules.json "
         "lists a Normalize module, else on)",
     )  # fmt: skip
+    parser.add_argument(
+        "--eval-data", metavar="FILE", default=None,
+        help="with --quantize int8: labelled JSONL rows to score fp32 and int8 on with the task's metric; the "
+        "figures go into bundle.json (quantization_eval). One object per line: text-classification "
+        '{"text", "text_pair" (optional), "label"}; token-classification {"words": [...], "tags": [...]}; '
+        'question-answering {"question", "context", "answers": [...]}; fill-mask {"text" with one mask token, '
+        '"target" (a vocabulary token)}. Other tasks have no metric',
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-loss", metavar="POINTS", type=float, default=None,
+        help="with --eval-data: the most the metric may drop from fp32 to int8, in percentage points (0.5: half a "
+        "point of accuracy); over it the int8 graph is not written and the bundle keeps fp32 (default: no limit)",
+    )  # fmt: skip
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return parser
 
@@ -78,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             precision=args.precision,
             pooling=args.pooling,
             normalize=args.normalize,
+            eval_data=args.eval_data,
+            max_loss=args.max_loss,
         )
     except ExportError as error:
         print(f"bertserve-export: error: {error}", file=sys.stderr)

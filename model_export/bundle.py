@@ -67,6 +67,8 @@ class BundleSpec:
     source_weights_sha256: str = ""
     fused_operators: dict[str, int] = field(default_factory=dict)
     parity: dict[str, Any] = field(default_factory=dict)
+    # --eval-data: fp32 and int8 scored with the task's metric on labelled rows, and whether int8 was written.
+    quantization_eval: dict[str, Any] = field(default_factory=dict)
     files_sha256: dict[str, str] = field(default_factory=dict)
     # feature-extraction only: the pooling inside the graph, and whether the graph L2-normalises sentence_embedding.
     pooling: str | None = None

@@ -46,6 +46,7 @@ from model_export.bundle import (
     Bundle,
     BundleError,
     BundleSpec,
+    file_sha256,
     read_bundle,
     write_spec,
 )
@@ -57,6 +58,7 @@ from model_export.checkpoint_files import (
     weights_sha256,
 )
 from model_export.onnx_io import ort_session
+from model_export.task_eval import EvalModel, measure_int8_loss, metric_name, read_eval_rows
 from model_export.tasks import INPUT_NAMES, TASK_NAMES, TASKS, task_for_architecture
 from model_export.validate import (
     ExportError,
@@ -278,6 +280,28 @@ def _compare_with_fp32(
     }
 
 
+def _check_eval_options(quantize: str, eval_data: str | Path | None, max_loss: float | None) -> None:
+    if eval_data is not None and quantize != "int8":
+        raise ExportError("--eval-data measures what int8 costs: it needs --quantize int8")
+    if max_loss is not None and eval_data is None:
+        raise ExportError("--max-loss needs --eval-data (the rows the loss is measured on)")
+    if max_loss is not None and not max_loss >= 0:
+        raise ExportError(f"--max-loss must be >= 0 percentage points, got {max_loss}")
+
+
+def _log_int8_verdict(figures: dict[str, Any]) -> None:
+    summary = (
+        f"{figures['metric']} fp32 {figures['fp32']:.2f}, int8 {figures['int8']:.2f} (loss {figures['loss']:.2f} "
+        f"points, {figures['changed_predictions']} of {figures['rows']} predictions changed)"
+    )
+    if figures["int8_accepted"]:
+        logger.info("int8 kept: %s", summary)
+    else:
+        logger.warning(
+            "int8 NOT written: %s is over --max-loss %g; the bundle keeps the fp32 graph", summary, figures["max_loss"]
+        )
+
+
 def export_bundle(
     checkpoint_dir: str | Path,
     out_dir: str | Path,
@@ -291,6 +315,8 @@ def export_bundle(
     rtol: float | None = None,
     pooling: str = "auto",
     normalize: bool | None = None,
+    eval_data: str | Path | None = None,
+    max_loss: float | None = None,
 ) -> Bundle:
     """Export a checkpoint folder into a validated bundle at out_dir; ExportError (ParityError) on any failure.
 
@@ -298,6 +324,10 @@ def export_bundle(
     ``sentence_embedding``; "auto" / None read the checkpoint's sentence-transformers files (modules.json), else
     mean pooling with L2 normalisation. A feature-extraction export without ``max_length`` takes
     sentence_bert_config.json's ``max_seq_length`` when the checkpoint has one, as sentence-transformers truncates.
+
+    ``eval_data`` (with int8): labelled JSONL rows (see ``task_eval``) that the fp32 and int8 graphs are scored on
+    with the task's metric; the figures go into bundle.json's ``quantization_eval``. With ``max_loss`` (percentage
+    points) an int8 graph that loses more than that is not written: the bundle keeps the fp32 graph.
     """
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     if quantize not in QUANTIZATIONS:
@@ -308,8 +338,11 @@ def export_bundle(
         raise ExportError("int8 quantization is a CPU path; it cannot be combined with precision fp16")
     if precision == "fp16" and "CUDAExecutionProvider" not in ort.get_available_providers():
         raise ExportError("precision fp16 needs onnxruntime-gpu with the CUDA execution provider")
+    _check_eval_options(quantize, eval_data, max_loss)
     _check_out_dir(out_dir)
-    progress = Progress(4 + (optimize or precision == "fp16") + (quantize != "none" or precision == "fp16"))
+    progress = Progress(
+        4 + (optimize or precision == "fp16") + (quantize != "none" or precision == "fp16") + (eval_data is not None)
+    )
 
     with progress.step(f"loading {checkpoint_dir}"):
         try:
@@ -329,6 +362,7 @@ def export_bundle(
                 max_length = min(embedding.max_seq_length, config.max_position_embeddings)
         tokenizer, special, do_lower_case, settings = prepare_tokenizer(checkpoint_dir, task, config.vocab_size)
         max_length = resolve_max_length(max_length, settings, config)
+        eval_rows = None if eval_data is None else read_eval_rows(eval_data, task, dict(config.id2label or {}))
         adapter = OnnxAdapter(model, TASKS[task].outputs).eval()
         special_ids = SpecialIds(
             *(tokenizer.token_to_id(t) for t in (special.cls_token, special.sep_token, special.pad_token))
@@ -346,6 +380,7 @@ def export_bundle(
         work = staging / "work"
         work.mkdir()
         model_path, fused = work / "raw.onnx", {}
+        quantization_eval: dict[str, Any] = {}
         with progress.step(f"exporting {architecture} as {task} (opset {opset})"):
             export_onnx(adapter, model_path, task, opset)
         fp32_tolerance = default_tolerance("fp32", "none", atol, rtol)
@@ -376,7 +411,20 @@ def export_bundle(
                     config.vocab_size, special_ids, max_length, config.type_vocab_size, [SPEED_BATCH], seed=1
                 )[0]
                 parity["int8"].update(_compare_with_fp32(task, model_path, int8_path, batches, speed_batch))
+            if eval_rows is not None:
+                with progress.step(f"scoring fp32 and int8 on {len(eval_rows)} eval rows ({metric_name(task)})"):
+                    eval_model = EvalModel(
+                        task, tokenizer, max_length, dict(config.id2label or {}), special_ids.cls, special_ids.pad,
+                        special.mask_token, config.type_vocab_size > 1,
+                    )  # fmt: skip
+                    quantization_eval = measure_int8_loss(eval_model, model_path, int8_path, eval_rows, max_loss)
+                    quantization_eval["data_sha256"] = file_sha256(Path(eval_data))  # type: ignore[arg-type]
+                _log_int8_verdict(quantization_eval)
+            if quantization_eval.get("int8_accepted", True):
                 model_path = int8_path
+            else:
+                quantize = "none"
+                parity.pop("int8")
         if precision == "fp16":
             with progress.step("fusing for GPU and converting to fp16"):
                 fp16_path = work / "fp16.onnx"
@@ -411,6 +459,7 @@ def export_bundle(
                 source_weights_sha256=weights_sha256(checkpoint_dir),
                 fused_operators=fused,
                 parity=parity,
+                quantization_eval=quantization_eval,
             )
             write_spec(staging, spec)
             read_bundle(staging)

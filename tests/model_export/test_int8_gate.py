@@ -1,0 +1,166 @@
+"""The int8 gate: --eval-data scores fp32 and int8 with the task's metric, --max-loss refuses int8 over budget."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+
+from model_export.__main__ import main
+from model_export.bundle import read_bundle
+from model_export.export import ExportError, export_bundle
+from model_export.task_eval import EvalDataError, EvalModel, measure_int8_loss, predict, read_eval_rows, score
+from tests.model_export.conftest import WORDS, _config_values, write_vocab
+
+QUANTIZED_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "QAttention", "DynamicQuantizeMatMul"}
+
+
+def random_sentences(count: int, seed: int = 0, low: int = 3, high: int = 12) -> list[list[str]]:
+    rng = random.Random(seed)
+    return [[rng.choice(WORDS) for _ in range(rng.randint(low, high))] for _ in range(count)]
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def op_types(model_path: Path) -> Counter[str]:
+    return Counter(node.op_type for node in onnx.load(str(model_path)).graph.node)
+
+
+@pytest.fixture(scope="module")
+def wide_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random classifier with larger weights (init std 0.5): its predictions vary from text to text and
+    int8 flips a few of them while passing the int8 parity check."""
+    import torch
+    import transformers
+
+    folder = tmp_path_factory.mktemp("wide-classifier")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        **_config_values("text-classification"), attn_implementation="eager", initializer_range=0.5
+    )
+    transformers.BertForSequenceClassification(config).eval().save_pretrained(folder)
+    transformers.BertTokenizer(str(write_vocab(folder)), do_lower_case=True).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def classifier_eval_rows(
+    wide_classifier: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[dict[str, Any]], int]:
+    """Rows whose gold label is the fp32 prediction: every row int8 flips (at least one) and twice as many it keeps."""
+    root = tmp_path_factory.mktemp("wide-bundles")
+    fp32 = export_bundle(wide_classifier, root / "fp32")
+    int8 = export_bundle(wide_classifier, root / "int8", quantize="int8")
+    model = EvalModel.from_bundle(fp32)
+    candidates = [{"text": " ".join(words), "label": "negative"} for words in random_sentences(400)]
+    fp32_labels = predict(model, fp32.model_path, candidates)
+    int8_labels = predict(model, int8.model_path, candidates)
+    changed = [index for index, (a, b) in enumerate(zip(fp32_labels, int8_labels, strict=True)) if a != b]
+    kept = [index for index, (a, b) in enumerate(zip(fp32_labels, int8_labels, strict=True)) if a == b]
+    assert changed, "int8 changed no prediction of the classifier on 400 texts: the gate test needs one"
+    chosen = sorted(changed + kept[: 2 * len(changed)])
+    return [{**candidates[index], "label": fp32_labels[index]} for index in chosen], len(changed)
+
+
+def test_max_loss_zero_refuses_an_int8_graph_that_changes_a_prediction(
+    wide_classifier: Path, classifier_eval_rows: tuple[list[dict[str, Any]], int], tmp_path: Path
+) -> None:
+    rows, changed = classifier_eval_rows
+    data = write_jsonl(tmp_path / "eval.jsonl", rows)
+    out = tmp_path / "gated"
+    argv = [str(wide_classifier), str(out), "--quantize", "int8", "--eval-data", str(data), "--max-loss", "0", "-q"]
+    assert main(argv) == 0
+    spec = json.loads((out / "bundle.json").read_text())
+    figures = spec["quantization_eval"]
+    assert spec["quantization"] == "none" and "int8" not in spec["parity"]
+    assert not QUANTIZED_OPS & set(op_types(out / "model.onnx"))
+    assert figures["metric"] == "accuracy" and figures["rows"] == len(rows)
+    assert figures["fp32"] == 100.0
+    assert figures["changed_predictions"] == changed
+    assert figures["int8"] == pytest.approx(100.0 * (len(rows) - changed) / len(rows), abs=1e-3)
+    assert figures["loss"] > 0 and figures["max_loss"] == 0 and figures["int8_accepted"] is False
+    assert len(figures["data_sha256"]) == 64
+    assert read_bundle(out).spec.quantization_eval == figures
+
+
+def test_int8_within_budget_is_written_with_its_figures(
+    wide_classifier: Path, classifier_eval_rows: tuple[list[dict[str, Any]], int], tmp_path: Path
+) -> None:
+    rows, changed = classifier_eval_rows
+    data = write_jsonl(tmp_path / "eval.jsonl", rows)
+    written = export_bundle(
+        wide_classifier, tmp_path / "kept", quantize="int8", eval_data=data,
+        max_loss=100.0,
+    )  # fmt: skip
+    figures = written.spec.quantization_eval
+    assert written.spec.quantization == "int8" and "int8" in written.spec.parity
+    assert QUANTIZED_OPS & set(op_types(written.model_path))
+    assert figures["int8_accepted"] is True and figures["max_loss"] == 100.0
+    assert figures["changed_predictions"] == changed and figures["loss"] > 0
+
+
+@pytest.mark.parametrize("task", ["token-classification", "question-answering", "fill-mask"])
+def test_gold_taken_from_the_fp32_graph_scores_100_and_loses_nothing(task: str, bundle: Callable[..., Path]) -> None:
+    fp32 = read_bundle(bundle("transformers", task))
+    model = EvalModel.from_bundle(fp32)
+    sentences = random_sentences(24, seed=1)
+    if task == "token-classification":
+        rows: list[dict[str, Any]] = [{"words": words, "tags": ["O"] * len(words)} for words in sentences]
+    elif task == "question-answering":
+        rows = [{"question": " ".join(words[:3]), "context": " ".join(words), "answers": ["x"]} for words in sentences]
+    else:
+        rows = [{"text": " ".join(["[MASK]", *words]), "target": "the"} for words in sentences]
+    predicted = predict(model, fp32.model_path, rows)
+    gold_field = {"token-classification": "tags", "question-answering": "answers", "fill-mask": "target"}[task]
+    gold_rows = [
+        {**row, gold_field: [answer] if task == "question-answering" else answer}
+        for row, answer in zip(rows, predicted, strict=True)
+    ]
+    if task == "token-classification":
+        assert any(tag != "O" for tags in predicted for tag in tags), "the random model predicted no entity"
+    assert score(task, gold_rows, predicted) == pytest.approx(100.0)
+    figures = measure_int8_loss(model, fp32.model_path, fp32.model_path, gold_rows, max_loss=0.0)
+    assert figures["fp32"] == figures["int8"] == pytest.approx(100.0)
+    assert figures["loss"] == 0 and figures["changed_predictions"] == 0 and figures["int8_accepted"] is True
+
+
+@pytest.mark.parametrize(
+    ("task", "row", "problem"),
+    [
+        ("text-classification", {"text": "good"}, "'label' as a string"),
+        ("text-classification", {"text": "good", "label": "great"}, "not one of the model's labels"),
+        ("token-classification", {"words": ["a", "b"], "tags": ["O"]}, "2 words but 1 tags"),
+        ("question-answering", {"question": "q", "context": "c", "answers": "c"}, "'answers' as a list"),
+        ("feature-extraction", {"text": "good"}, "no eval metric"),
+    ],
+)
+def test_eval_rows_that_do_not_fit_the_task_are_refused_naming_the_line(
+    task: str, row: dict[str, Any], problem: str, tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "eval.jsonl", [row])
+    with pytest.raises(EvalDataError, match=problem):
+        read_eval_rows(data, task, {0: "negative", 1: "positive"})
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"eval_data": "rows.jsonl"}, "needs --quantize int8"),
+        ({"quantize": "int8", "max_loss": 0.5}, "needs --eval-data"),
+        ({"quantize": "int8", "eval_data": "rows.jsonl", "max_loss": -1.0}, ">= 0"),
+    ],
+)
+def test_gate_options_that_do_not_fit_together_fail_before_loading(
+    options: dict[str, Any], problem: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ExportError, match=problem):
+        export_bundle(tmp_path / "no-checkpoint", tmp_path / "out", **options)
