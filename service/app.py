@@ -24,7 +24,7 @@ from service.api import ROUTERS
 from service.engine import Engine
 from service.errors import InvalidRequest, ServiceError, error_body, http_error_type
 from service.metrics import ServiceMetrics
-from service.middleware import ApiKeyMiddleware, BodyLimitMiddleware, MetricsMiddleware
+from service.middleware import OPEN_PATH_PREFIXES, ApiKeyMiddleware, BodyLimitMiddleware, MetricsMiddleware
 from service.registry import ModelRegistry, load_engines
 from service.settings import Settings
 
@@ -36,17 +36,19 @@ Every task route takes one input or a list of inputs and answers `{"model", "res
 `results` has one entry per input: **a single (non-list) input still gets a list of one**.
 The compatible routes answer in their protocol's shape: `/v1/embeddings` as OpenAI's embeddings API,
 `/embed` as text-embeddings-inference's.
-Every error has the body `{"error": {"type", "message"}}`.
+Every error has the body `{"error": {"type", "message"}}`; the Open Inference Protocol v2 routes (`/v2/...`,
+KServe / Triton clients) answer as that protocol says, errors as `{"error": "message"}`.
 """
 
 
-def _error_response(error: ServiceError) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers())
+def _error_response(error: ServiceError, request: Request) -> JSONResponse:
+    body = error.body(request.scope["path"])
+    return JSONResponse(body, status_code=error.status_code, headers=error.headers())
 
 
 def _service_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
-    return _error_response(exc)
+    return _error_response(exc, request)
 
 
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -55,21 +57,20 @@ def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     for error in exc.errors()[:5]:
         where = ".".join(str(part) for part in error.get("loc", ()))
         problems.append(f"{where}: {error.get('msg', 'invalid')}")
-    return _error_response(InvalidRequest("; ".join(problems) or "invalid request"))
+    return _error_response(InvalidRequest("; ".join(problems) or "invalid request"), request)
 
 
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
     """Routing and framework errors: the status is Starlette's, the body's type the one errors.py gives it."""
     assert isinstance(exc, StarletteHTTPException)
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-    return JSONResponse(
-        error_body(http_error_type(exc.status_code), message), status_code=exc.status_code, headers=exc.headers
-    )
+    body = error_body(http_error_type(exc.status_code), message, request.scope["path"])
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
 def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return _error_response(ServiceError(f"internal error: {type(exc).__name__}"))
+    return _error_response(ServiceError(f"internal error: {type(exc).__name__}"), request)
 
 
 def create_app(settings: Settings | None = None, engines: Mapping[str, Engine] | None = None) -> FastAPI:
@@ -138,7 +139,7 @@ def _declare_bearer_auth(app: FastAPI) -> None:
             schema.setdefault("components", {})["securitySchemes"] = bearer
             schema["security"] = [{"bearerAuth": []}]
             for path, operations in schema.get("paths", {}).items():
-                if path.startswith("/health"):
+                if path.startswith(OPEN_PATH_PREFIXES):
                     for operation in operations.values():
                         operation["security"] = []
             app.openapi_schema = schema

@@ -1,8 +1,9 @@
 """The service's closed error hierarchy: the one mapping from errors to HTTP status codes.
 
-Every error response has the body ``{"error": {"type": ..., "message": ...}}``. Each class names its
-``status_code``, its ``error_type`` and a ``description`` (the OpenAPI docs of the routes that raise
-it); everything else (the app's handlers, the middlewares, ``HTTP_ERROR_TYPES``, the documented
+Every error response has the body ``{"error": {"type": ..., "message": ...}}``, except on the Open Inference
+Protocol's paths (``/v2``...), whose spec says ``{"error": "message"}``: ``error_body`` picks by path.
+Each class names its ``status_code``, its ``error_type`` and a ``description`` (the OpenAPI docs of the routes
+that raise it); everything else (the app's handlers, the middlewares, ``HTTP_ERROR_TYPES``, the documented
 ``responses``) is derived from these classes. Engines raise them without knowing about HTTP.
 """
 
@@ -25,8 +26,9 @@ class ServiceError(Exception):
     def headers(self) -> dict[str, str]:
         return {}
 
-    def body(self) -> dict[str, Any]:
-        return error_body(self.error_type, self.message)
+    def body(self, path: str = "") -> dict[str, Any]:
+        """The response body for a request to ``path`` (the protocol it spoke decides the shape)."""
+        return error_body(self.error_type, self.message, path)
 
 
 class Unauthorized(ServiceError):
@@ -130,7 +132,17 @@ class RequestTimeout(ServiceError):
     description = "The request did not finish within the timeout."
 
 
-def error_body(error_type: str, message: str) -> dict[str, Any]:
+V2_PATH_PREFIX = "/v2"  # the Open Inference Protocol (KServe / Triton v2) routes
+
+
+def speaks_v2(path: str) -> bool:
+    return path == V2_PATH_PREFIX or path.startswith(V2_PATH_PREFIX + "/")
+
+
+def error_body(error_type: str, message: str, path: str = "") -> dict[str, Any]:
+    """``{"error": {"type", "message"}}``; on a v2 path the protocol's ``{"error": "message"}``."""
+    if speaks_v2(path):
+        return {"error": message}
     return {"error": {"type": error_type, "message": message}}
 
 

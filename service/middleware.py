@@ -12,10 +12,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.errors import PayloadTooLarge, ServiceError, Unauthorized
 from service.metrics import ServiceMetrics
 
+# Paths an API key never guards: the health probes, the service's own and the Open Inference Protocol's.
+OPEN_PATH_PREFIXES = ("/health", "/v2/health")
 
-async def send_error(send: Send, error: ServiceError) -> None:
-    """Answer with ``error`` (its status, body and headers) before the app is reached."""
-    content = json.dumps(error.body()).encode()
+
+async def send_error(send: Send, error: ServiceError, path: str = "") -> None:
+    """Answer with ``error`` (its status, body for ``path``, headers) before the app is reached."""
+    content = json.dumps(error.body(path)).encode()
     raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
     raw_headers += [(name.lower().encode(), value.encode()) for name, value in error.headers().items()]
     await send({"type": "http.response.start", "status": error.status_code, "headers": raw_headers})
@@ -66,13 +69,14 @@ class ApiKeyMiddleware:
     def __init__(self, app: ASGIApp, keys: Sequence[str], protect_metrics: bool = False) -> None:
         self.app = app
         self.keys = [key.encode() for key in keys]
-        self.open_prefixes = ("/health",) if protect_metrics else ("/health", "/metrics")
+        self.open_prefixes = OPEN_PATH_PREFIXES if protect_metrics else (*OPEN_PATH_PREFIXES, "/metrics")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"].startswith(self.open_prefixes) or self._authorised(scope):
             await self.app(scope, receive, send)
             return
-        await send_error(send, Unauthorized("missing or wrong API key: send 'Authorization: Bearer KEY'"))
+        message = "missing or wrong API key: send 'Authorization: Bearer KEY'"
+        await send_error(send, Unauthorized(message), scope["path"])
 
     def _authorised(self, scope: Scope) -> bool:
         header = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
@@ -99,7 +103,7 @@ class BodyLimitMiddleware:
             return
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
-                await self._reject(send)
+                await self._reject(send, scope["path"])
                 return
         chunks: list[bytes] = []
         size = 0
@@ -110,7 +114,7 @@ class BodyLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                await self._reject(send)
+                await self._reject(send, scope["path"])
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -126,5 +130,5 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _reject(self, send: Send) -> None:
-        await send_error(send, PayloadTooLarge(f"request body is larger than {self.max_body_bytes} bytes"))
+    async def _reject(self, send: Send, path: str) -> None:
+        await send_error(send, PayloadTooLarge(f"request body is larger than {self.max_body_bytes} bytes"), path)

@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from service.api import health, metrics, models, openai, rerank, tasks, tei
+from service.api import health, metrics, models, openai, rerank, tasks, tei, v2
 
 ROUTERS: tuple[APIRouter, ...] = (
     models.router,
@@ -14,6 +14,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     rerank.router,
     openai.router,
     tei.router,
+    v2.router,
     health.router,
     metrics.router,
 )

@@ -1,0 +1,161 @@
+"""Open Inference Protocol (KServe v2 / Triton) REST bodies: health, metadata, infer request and response.
+
+Field names and shapes follow the protocol: a tensor is ``{name, shape, datatype, parameters, data}`` with ``data``
+flat (or nested) in row-major order; BYTES elements are JSON strings. With the binary tensor data extension an input
+carries ``parameters.binary_data_size`` instead of ``data`` and its bytes follow the JSON in the body.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Parameters = dict[str, Any]
+Shape = list[Annotated[int, Field(ge=0)]]
+
+
+class V2Error(BaseModel):
+    """The body of every 4xx/5xx answer on a ``/v2`` path."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"error": "no model named 'x' (loaded: sst2)"}]})
+
+    error: str
+
+
+class V2Live(BaseModel):
+    live: bool
+
+
+class V2Ready(BaseModel):
+    ready: bool
+
+
+class V2ModelReady(BaseModel):
+    name: str
+    ready: bool
+
+
+class V2ServerMetadata(BaseModel):
+    name: str
+    version: str
+    extensions: list[str] = Field(description="Protocol extensions served: binary_tensor_data.")
+
+
+class V2TensorMetadata(BaseModel):
+    name: str
+    datatype: str = Field(description="BYTES, FP32 or INT64.")
+    shape: list[int] = Field(description="-1 for a dimension that varies (the batch, a label count).")
+
+
+class V2ModelMetadata(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "sst2",
+                    "versions": ["1"],
+                    "platform": "onnxruntime_onnx",
+                    "inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}],
+                    "outputs": [
+                        {"name": "label", "datatype": "BYTES", "shape": [-1, -1]},
+                        {"name": "score", "datatype": "FP32", "shape": [-1, -1]},
+                    ],
+                }
+            ]
+        }
+    )
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[V2TensorMetadata]
+    outputs: list[V2TensorMetadata]
+
+
+class V2RequestInput(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    name: str
+    shape: Shape
+    datatype: str
+    parameters: Parameters | None = Field(None, description="binary_data_size: the tensor's bytes follow the JSON.")
+    data: list[Any] | None = Field(None, description="Row-major elements (strings for BYTES); absent when binary.")
+
+
+class V2RequestOutput(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    name: str
+    parameters: Parameters | None = Field(None, description="binary_data: true for this output's bytes after the JSON.")
+
+
+class V2InferRequest(BaseModel):
+    model_config = ConfigDict(
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": ["Great acting.", "Dull."]}],
+                    "parameters": {"top_k": 2},
+                }
+            ]
+        },
+    )
+
+    id: str | None = None
+    parameters: Parameters | None = Field(
+        None, description="The task's options (top_k, aggregation_strategy, ...) and binary_data_output."
+    )
+    inputs: Annotated[list[V2RequestInput], Field(min_length=1)]
+    outputs: list[V2RequestOutput] | None = Field(None, description="Which outputs to return; default all.")
+
+
+class V2ResponseOutput(BaseModel):
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: Parameters | None = None
+    data: list[Any] | None = None
+
+
+class V2InferResponse(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "model_name": "sst2",
+                    "model_version": "1",
+                    "outputs": [
+                        {"name": "label", "shape": [1, 1], "datatype": "BYTES", "data": ["positive"]},
+                        {"name": "score", "shape": [1, 1], "datatype": "FP32", "data": [0.998]},
+                    ],
+                }
+            ]
+        }
+    )
+
+    model_name: str
+    model_version: str | None = None
+    id: str | None = None
+    parameters: Parameters | None = None
+    outputs: list[V2ResponseOutput]
+
+
+def inline_json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema with its ``$defs`` written in place (for an ``openapi_extra`` request body)."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            reference = node.get("$ref")
+            if isinstance(reference, str) and reference.startswith("#/$defs/"):
+                return resolve(definitions[reference.removeprefix("#/$defs/")])
+            return {key: resolve(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [resolve(item) for item in node]
+        return node
+
+    resolved: dict[str, Any] = resolve(schema)
+    return resolved
