@@ -170,8 +170,10 @@ class Bench:
         name = f"{task}-{quantization}"
         if not self.have_bundle(task, quantization):
             return
+        extra = {"truncation": True} if task == "sst2" else {}  # what the route did before truncation was opt-in
         bodies = loadgen.write_bodies(
-            [{"model": name, "inputs": item} for item in load_inputs(task)], self.bodies_dir / f"bertserve-{task}.jsonl"
+            [{"model": name, "inputs": item, **extra} for item in load_inputs(task)],
+            self.bodies_dir / f"bertserve-{task}.jsonl",
         )
         port = servers.free_port()
         command = servers.bertserve_command({name: models.bundle_dir(task, quantization, self.args.train_scale)}, port)

@@ -93,7 +93,7 @@ def classification_accuracy(
     inputs: list[Any] = [
         row.text if row.text_pair is None else {"text": row.text, "text_pair": row.text_pair} for row in rows
     ]
-    results = post_all(served, "text-classification", inputs, threads)
+    results = post_all(served, "text-classification", inputs, threads, truncation=True)  # as training scores
     correct = sum(result[0]["label"] == row.label for result, row in zip(results, rows, strict=True))
     return {"accuracy": 100.0 * correct / len(rows), "examples": len(rows)}
 

@@ -32,6 +32,7 @@ from tokenizers import Encoding, Tokenizer
 
 PIPELINE_MAX_SEQ_LEN = 384
 PIPELINE_MAX_DOC_STRIDE = 128
+QA_SCORE_AGGREGATIONS = ("sum", "max")  # how equal answers from several windows or spans merge
 _CONTEXT_SEQUENCE = 1
 
 
@@ -233,17 +234,24 @@ def decode_qa_answers(
     top_k: int = 1,
     max_answer_len: int = 15,
     handle_impossible_answer: bool = False,
+    score_aggregation: str = "sum",
 ) -> list[dict[str, Any]]:
     """The pipeline's answers for one question: ``[{"answer", "score", "start", "end"}]``, best first.
 
     ``start_logits[i]`` / ``end_logits[i]`` are window ``i``'s (T,) logits; longer (padded) rows are
     cut to the window's length. Answers of equal text (case-insensitive) from different windows or
-    spans merge, their scores added; with ``handle_impossible_answer`` the null answer
+    spans merge, their scores added as the pipeline adds them (so a score may exceed 1), or with
+    ``score_aggregation="max"`` the best of them kept (a probability in [0, 1], with the best one's
+    span); with ``handle_impossible_answer`` the null answer
     (``""``, 0, 0) scored by the lowest CLS probability over windows competes. ``start``/``end`` are
     character offsets into ``encoded.context``.
     """
     _positive_int(top_k, "top_k")
     _positive_int(max_answer_len, "max_answer_len")
+    if score_aggregation not in QA_SCORE_AGGREGATIONS:
+        raise DecodeInputError(
+            f"score_aggregation must be one of {', '.join(QA_SCORE_AGGREGATIONS)}, got {score_aggregation!r}"
+        )
     if not len(encoded.windows) == len(start_logits) == len(end_logits):
         raise ValueError(
             f"{len(encoded.windows)} windows but {len(start_logits)} start and {len(end_logits)} end logit rows"
@@ -268,10 +276,12 @@ def decode_qa_answers(
             start_char, end_char = char_span(window, int(start_token), int(end_token))
             text = encoded.context[start_char:end_char]
             same = next((answer for answer in answers if answer["answer"].lower() == text.lower()), None)
-            if same is not None:
-                same["score"] += score.item()
-            else:
+            if same is None:
                 answers.append({"score": score.item(), "start": start_char, "end": end_char, "answer": text})
+            elif score_aggregation == "sum":
+                same["score"] += score.item()
+            elif score.item() > same["score"]:
+                same.update(score=score.item(), start=start_char, end=end_char, answer=text)
     if handle_impossible_answer:
         answers.append({"score": min_null_score, "start": 0, "end": 0, "answer": ""})
     answers = sorted(answers, key=lambda answer: answer["score"], reverse=True)[:top_k]

@@ -114,14 +114,18 @@ def main(argv: list[str] | None = None) -> int:
     from service.app import create_app
     from service.registry import load_engines
 
+    broken: dict[str, str] = {}
     try:
-        engines = load_engines(sources, settings)
+        engines = load_engines(sources, settings, broken=broken if settings.skip_broken else None)
     except BundleError as exc:
         name = next((name for name, path in sources.items() if str(path) == exc.path), exc.path)
-        print(f"bertserve: error: cannot serve model {name}: {exc}", file=sys.stderr)
+        print(f"bertserve: error: cannot serve model {name}: {exc} (--skip-broken serves the others)", file=sys.stderr)
+        return 1
+    if not engines:
+        print(f"bertserve: error: no model could be loaded: {', '.join(sorted(broken))}", file=sys.stderr)
         return 1
 
-    app = create_app(settings, engines=engines)
+    app = create_app(settings, engines=engines, broken=broken)
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -22,10 +22,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api import ROUTERS
 from service.engine import Engine
-from service.errors import InvalidRequest, ServiceError, error_body, http_error_type
+from service.errors import ServiceError, error_body, http_error_type
 from service.metrics import ServiceMetrics
-from service.middleware import OPEN_PATH_PREFIXES, ApiKeyMiddleware, BodyLimitMiddleware, MetricsMiddleware
+from service.middleware import (
+    OPEN_PATH_PREFIXES,
+    ApiKeyMiddleware,
+    BodyLimitMiddleware,
+    ConcurrencyLimitMiddleware,
+    MetricsMiddleware,
+)
 from service.registry import ModelRegistry, load_engines
+from service.request_errors import validation_error
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -53,11 +60,7 @@ def _service_error(request: Request, exc: Exception) -> JSONResponse:
 
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    problems = []
-    for error in exc.errors()[:5]:
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        problems.append(f"{where}: {error.get('msg', 'invalid')}")
-    return _error_response(InvalidRequest("; ".join(problems) or "invalid request"), request)
+    return _error_response(validation_error(exc.errors(), request.headers.get("content-type")), request)
 
 
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -73,23 +76,30 @@ def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     return _error_response(ServiceError(f"internal error: {type(exc).__name__}"), request)
 
 
-def create_app(settings: Settings | None = None, engines: Mapping[str, Engine] | None = None) -> FastAPI:
-    """The service app; ``engines``: already loaded engines (else the lifespan loads ``settings``' models)."""
+def create_app(
+    settings: Settings | None = None,
+    engines: Mapping[str, Engine] | None = None,
+    broken: Mapping[str, str] | None = None,
+) -> FastAPI:
+    """The service app; ``engines``: already loaded engines (else the lifespan loads ``settings``' models);
+    ``broken``: bundles skipped when they were loaded (``skip_broken``), name -> reason."""
     settings = settings or Settings()
     metrics = ServiceMetrics()
     executor = ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix="bertserve-prepare")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        skipped = dict(broken or {})
         if engines is None:
-            loaded = await asyncio.to_thread(load_engines, settings.model_sources(), settings, executor)
+            record = skipped if settings.skip_broken else None
+            loaded = await asyncio.to_thread(load_engines, settings.model_sources(), settings, executor, record)
         else:
             loaded = dict(engines)
         for name, engine in loaded.items():
             if engine.worker.observer is None:
                 engine.worker.observer = metrics.observer(name, engine.task)
             metrics.watch_queue(name, engine.task, functools.partial(getattr, engine.batcher, "queue_depth"))
-        registry = ModelRegistry(loaded)
+        registry = ModelRegistry(loaded, skipped)
         app.state.registry = registry
         starting = asyncio.create_task(registry.start_all())
         starting.add_done_callback(_log_start_failure)
@@ -108,6 +118,7 @@ def create_app(settings: Settings | None = None, engines: Mapping[str, Engine] |
         version="0.1.0",
         description=API_DESCRIPTION,
         lifespan=lifespan,
+        redirect_slashes=False,  # a trailing slash is a 404 in the error shape, not an empty 307
     )
     app.state.settings = settings
     app.state.metrics = metrics
@@ -121,6 +132,7 @@ def create_app(settings: Settings | None = None, engines: Mapping[str, Engine] |
     app.add_exception_handler(Exception, _unexpected_error)
     known_paths = frozenset(getattr(route, "path", "") for route in app.routes)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent_requests=settings.max_concurrent_requests)
     if settings.api_keys:
         app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, protect_metrics=settings.protect_metrics)
         _declare_bearer_auth(app)

@@ -27,6 +27,7 @@ from service.errors import BadRequest, NotReady, RequestTimeout
 from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
 from service.settings import EMBEDDING_TASK, Settings
 from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler
+from service.token_cap import check_token_cap
 
 logger = logging.getLogger(__name__)
 
@@ -73,22 +74,24 @@ def load_context(bundle: Bundle) -> ModelContext:
     )
 
 
-def input_chars(inputs: list[Any]) -> int:
-    """Characters of text in a request's inputs (str, tuples of str, or dataclasses of str fields)."""
-    total = 0
+def input_texts(inputs: list[Any]) -> list[str]:
+    """The text of a request's inputs (str, tuples of str, or dataclasses of str fields)."""
+    texts: list[str] = []
     for item in inputs:
         if isinstance(item, str):
-            total += len(item)
+            texts.append(item)
         elif isinstance(item, tuple):
-            total += sum(len(part) for part in item if isinstance(part, str))
+            texts.extend(part for part in item if isinstance(part, str))
         else:
-            total += sum(len(value) for value in getattr(item, "__dict__", {}).values() if isinstance(value, str))
-            total += sum(
-                len(getattr(item, name))
-                for name in getattr(item, "__slots__", ())
-                if isinstance(getattr(item, name), str)
-            )
-    return total
+            texts.extend(value for value in getattr(item, "__dict__", {}).values() if isinstance(value, str))
+            fields = (getattr(item, name) for name in getattr(item, "__slots__", ()))
+            texts.extend(value for value in fields if isinstance(value, str))
+    return texts
+
+
+def input_chars(inputs: list[Any]) -> int:
+    """Characters of text in a request's inputs."""
+    return sum(len(text) for text in input_texts(inputs))
 
 
 # fill-mask's logits are (B, T, vocab) float32: 4096 tokens x 30522 words would be 500 MB per batch.
@@ -209,11 +212,9 @@ class Engine:
         loop = asyncio.get_running_loop()
         try:
             if input_chars(inputs) <= self.settings.prepare_inline_chars:
-                prepared: list[Prepared] = self.handler.prepare(self.context, inputs, params)
+                prepared: list[Prepared] = self._prepare(inputs, params)
             else:
-                prepared = await loop.run_in_executor(
-                    self._executor, self.handler.prepare, self.context, inputs, params
-                )
+                prepared = await loop.run_in_executor(self._executor, self._prepare, inputs, params)
         except InputError as exc:
             raise BadRequest(str(exc)) from exc
         sequences = [seq for item in prepared for seq in item.sequences]
@@ -235,6 +236,13 @@ class Engine:
         except InputError as exc:
             raise BadRequest(str(exc)) from exc
         return results
+
+    def _prepare(self, inputs: list[Any], params: Any) -> list[Prepared]:
+        """The token cap (PayloadTooLarge), then the handler's tokenization."""
+        setting = "max_embedding_tokens" if self.task == EMBEDDING_TASK else "max_request_tokens"
+        limit = self.settings.max_tokens_for(self.task)
+        check_token_cap(self.context.tokenizer, input_texts(inputs), limit, setting)
+        return self.handler.prepare(self.context, inputs, params)
 
     async def stop(self, drain: bool = True, timeout_s: float = 30.0) -> None:
         """Refuse new requests; finish (``drain``) or fail queued ones; stop the worker."""

@@ -72,8 +72,8 @@ class PayloadTooLarge(ServiceError):
     status_code = 413
     error_type = "payload_too_large"
     description = (
-        "Body larger than max_body_bytes, or more inputs than max_inputs_per_request (max_embedding_inputs for "
-        "embeddings)."
+        "Body larger than max_body_bytes, more inputs than max_inputs_per_request (max_embedding_inputs for "
+        "embeddings), or more tokens of text than max_request_tokens (max_embedding_tokens)."
     )
 
 
@@ -92,11 +92,14 @@ class InvalidRequest(ServiceError):
 
 
 class Overloaded(ServiceError):
-    """The model's queue is full; the client should retry after ``retry_after_s`` seconds."""
+    """Too many requests in flight or the model's queue is full; the client should retry after ``retry_after_s`` s."""
 
     status_code = 429
     error_type = "overloaded"
-    description = "The model's queue is full; retry after the Retry-After header's seconds."
+    description = (
+        "Too many requests in flight (max_concurrent_requests) or the model's queue is full; retry after the "
+        "Retry-After header's seconds."
+    )
 
     def __init__(self, message: str, retry_after_s: int = 1) -> None:
         super().__init__(message)

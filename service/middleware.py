@@ -1,4 +1,4 @@
-"""Pure ASGI middlewares: request metrics (outermost), API keys and the request body size limit."""
+"""Pure ASGI middlewares: request metrics (outermost), API keys, the in-flight cap and the request body size limit."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import PayloadTooLarge, ServiceError, Unauthorized
+from service.errors import Overloaded, PayloadTooLarge, ServiceError, Unauthorized
 from service.metrics import ServiceMetrics
 
 # Paths an API key never guards: the health probes, the service's own and the Open Inference Protocol's.
@@ -132,3 +132,30 @@ class BodyLimitMiddleware:
 
     async def _reject(self, send: Send, path: str) -> None:
         await send_error(send, PayloadTooLarge(f"request body is larger than {self.max_body_bytes} bytes"), path)
+
+class ConcurrencyLimitMiddleware:
+    """429 (with Retry-After) at once for a request over ``max_concurrent_requests`` in flight, before its body is read.
+
+    GET, HEAD and OPTIONS requests (health, metrics, the model list, docs) are neither counted nor refused.
+    The permit is held until the app has answered (or failed).
+    """
+
+    def __init__(self, app: ASGIApp, max_concurrent_requests: int) -> None:
+        self.app = app
+        self.max_concurrent_requests = max_concurrent_requests
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.max_concurrent_requests:
+            limit = self.max_concurrent_requests
+            error = Overloaded(f"{limit} requests in flight already (max_concurrent_requests)")
+            await send_error(send, error, scope["path"])
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1

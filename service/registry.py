@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from model_export.bundle import BundleError
 from service.engine import Engine
 from service.errors import BadRequest, ModelNotFound
 from service.settings import Settings
@@ -19,14 +20,26 @@ def load_engines(
     sources: Mapping[str, Path],
     settings: Settings,
     executor: ThreadPoolExecutor | None = None,
+    broken: dict[str, str] | None = None,
 ) -> dict[str, Engine]:
-    """Load every bundle; the first bad one raises BundleError naming its folder."""
-    return {name: Engine.from_bundle(path, settings, name=name, executor=executor) for name, path in sources.items()}
+    """Load every bundle. The first bad one raises BundleError naming its folder, unless ``broken`` is given:
+    then every bad one is skipped and recorded there, name -> what is wrong with it."""
+    engines: dict[str, Engine] = {}
+    for name, path in sources.items():
+        try:
+            engines[name] = Engine.from_bundle(path, settings, name=name, executor=executor)
+        except BundleError as exc:
+            if broken is None:
+                raise
+            logger.error("skipping model %s: %s", name, exc)
+            broken[name] = exc.problem
+    return engines
 
 
 class ModelRegistry:
-    def __init__(self, engines: Mapping[str, Engine]) -> None:
+    def __init__(self, engines: Mapping[str, Engine], broken: Mapping[str, str] | None = None) -> None:
         self.engines = dict(engines)
+        self.broken = dict(broken or {})  # bundles skipped at start-up (skip_broken): name -> reason
         self.shutting_down = False
         self.started = False
 

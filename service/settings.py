@@ -59,6 +59,26 @@ class Settings(BaseSettings):
         description="Most texts in one embeddings request (/v1/embeddings, /embed; 413 above it), as OpenAI allows; "
         "each text is one model row, so an embedding model's queue holds at least this many rows.",
     )
+    max_request_tokens: int = Field(
+        default=16384,
+        ge=1,
+        description="Most tokens of text in one request, counted before truncation or windowing (413 above it; "
+        "embeddings requests: max_embedding_tokens).",
+    )
+    max_embedding_tokens: int = Field(
+        default=131072, ge=1, description="Most tokens of text in one embeddings request (413 above it)."
+    )
+    max_concurrent_requests: int = Field(
+        default=128,
+        ge=1,
+        description="Requests in flight at most (GET routes aside); over it a request gets 429 before its body is "
+        "read. Bounds waiting: an admitted request waits about this many requests / throughput.",
+    )
+    skip_broken: bool = Field(
+        default=False,
+        description="Serve the good bundles when some cannot be loaded (listed with their reason in /v1/models); "
+        "without it a broken bundle stops start-up.",
+    )
     prepare_threads: int = Field(default=2, ge=1, description="Threads that tokenize requests off the event loop.")
     prepare_inline_chars: int = Field(
         default=1024,
@@ -95,6 +115,10 @@ class Settings(BaseSettings):
     def max_inputs_for(self, task: str) -> int:
         """The most inputs one request of ``task`` may bring: embeddings come in large lists."""
         return self.max_embedding_inputs if task == EMBEDDING_TASK else self.max_inputs_per_request
+
+    def max_tokens_for(self, task: str) -> int:
+        """The most tokens of text one request of ``task`` may bring."""
+        return self.max_embedding_tokens if task == EMBEDDING_TASK else self.max_request_tokens
 
     def model_sources(self) -> dict[str, Path]:
         """Every model to serve, name -> bundle folder: the folders under ``models_dir``, then ``models``."""

@@ -18,6 +18,7 @@ from service.errors import (
     PayloadTooLarge,
     RequestTimeout,
     ServiceError,
+    UnsupportedMediaType,
     documented_statuses,
 )
 from service.schemas.common import ErrorResponse
@@ -35,6 +36,7 @@ TASK_ERROR_RESPONSES = error_responses(
     BadRequest,
     ModelNotFound,
     PayloadTooLarge,
+    UnsupportedMediaType,
     InvalidRequest,
     Overloaded,
     InferenceError,

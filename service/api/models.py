@@ -6,14 +6,15 @@ from fastapi import APIRouter
 
 from service.api.deps import RegistryDep
 from service.schemas import ModelCard, ModelsResponse
-from service.schemas.common import OpenAIModel
+from service.schemas.common import BrokenModel, OpenAIModel
 
 router = APIRouter(tags=["models"])
 
 
 @router.get("/v1/models", response_model=ModelsResponse)
 async def list_models(registry: RegistryDep) -> ModelsResponse:
-    """Every loaded model: name, task, labels, max length, quantization (`models`); `data`: OpenAI's list shape."""
+    """Every loaded model: name, task, labels, max length, quantization (`models`); `data`: OpenAI's list shape;
+    `broken`: bundles skipped at start-up (skip_broken) with their reason."""
     cards: list[ModelCard] = []
     listed: list[OpenAIModel] = []
     for engine in registry.engines.values():
@@ -30,7 +31,8 @@ async def list_models(registry: RegistryDep) -> ModelsResponse:
             )
         )
         listed.append(OpenAIModel(id=info.name, created=_written_at(engine.bundle.model_path)))
-    return ModelsResponse(models=cards, data=listed)
+    broken = [BrokenModel(name=name, reason=reason) for name, reason in sorted(registry.broken.items())]
+    return ModelsResponse(models=cards, data=listed, broken=broken)
 
 
 def _written_at(path: Path) -> int:

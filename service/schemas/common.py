@@ -47,6 +47,13 @@ class OpenAIModel(BaseModel):
     owned_by: str = "bertserve"
 
 
+class BrokenModel(BaseModel):
+    """A bundle that could not be loaded, skipped at start-up (skip_broken)."""
+
+    name: str
+    reason: str = Field(description="What is wrong with the bundle.")
+
+
 class ModelsResponse(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -74,6 +81,9 @@ class ModelsResponse(BaseModel):
     object: Literal["list"] = "list"
     data: list[OpenAIModel] = Field(
         default_factory=list, description="The same models in OpenAI's list shape, for OpenAI clients."
+    )
+    broken: list[BrokenModel] = Field(
+        default_factory=list, description="Bundles that could not be loaded and are not served (skip_broken)."
     )
 
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,6 +48,11 @@ class QuestionAnsweringRequest(TaskRequest):
     )
     max_question_len: int = Field(64, ge=1, le=MAX_TOKENS)
     handle_impossible_answer: bool = Field(False, description="Allow the empty answer (SQuAD v2 style).")
+    score_aggregation: Literal["sum", "max"] = Field(
+        "sum",
+        description="How equal answers found in several windows (or spans) merge: sum adds their scores, as "
+        "transformers does, so a score can exceed 1; max keeps the best one, a probability in [0, 1].",
+    )
 
     def input_list(self) -> list[QAPair]:
         return self.inputs if isinstance(self.inputs, list) else [self.inputs]
@@ -61,13 +66,17 @@ class QuestionAnsweringRequest(TaskRequest):
             max_seq_len=self.max_seq_len,
             max_question_len=self.max_question_len,
             handle_impossible_answer=self.handle_impossible_answer,
+            score_aggregation=self.score_aggregation,
         )
         return inputs, params
 
 
 class QAAnswer(BaseModel):
     answer: str
-    score: float
+    score: float = Field(
+        description="The answer's probability, summed over the windows and spans that found the same answer "
+        "(so it can exceed 1) unless score_aggregation is max."
+    )
     start: int = Field(description="Character offset of the answer in the context.")
     end: int = Field(description="Character offset just past the answer.")
 

@@ -26,6 +26,7 @@ class TextClassificationRequest(TaskRequest):
                 {"inputs": "A wonderful, moving film."},
                 {"model": "sst2", "inputs": ["Great acting.", "Dull and far too long."], "top_k": 2},
                 {"inputs": {"text": "A man is eating.", "text_pair": "Someone eats food."}, "top_k": None},
+                {"inputs": "A long review that goes on and on ...", "long_text": "chunk"},
             ]
         },
     )
@@ -39,12 +40,29 @@ class TextClassificationRequest(TaskRequest):
         None, description="Score function; default as transformers picks it (softmax, or sigmoid for multi-label)."
     )
 
+    truncation: bool = Field(
+        False,
+        description="Cut an input longer than the model's max length to fit (as transformers' truncation=True); "
+        "without it (and without long_text) such an input is a 400 naming its length.",
+    )
+    long_text: Literal["chunk"] | None = Field(
+        None,
+        description='"chunk": classify an input longer than the model\'s max length in windows of max length tokens, '
+        "their logits averaged (weighted by window length); excludes truncation.",
+    )
+
     def input_list(self) -> list[TextInput]:
         return self.inputs if isinstance(self.inputs, list) else [self.inputs]
 
     def to_task(self) -> tuple[list[Any], ClassificationParams]:
         inputs = [item if isinstance(item, str) else (item.text, item.text_pair) for item in self.input_list()]
-        return inputs, ClassificationParams(top_k=self.top_k, function_to_apply=self.function_to_apply)
+        params = ClassificationParams(
+            top_k=self.top_k,
+            function_to_apply=self.function_to_apply,
+            truncation=self.truncation,
+            long_text=self.long_text,
+        )
+        return inputs, params
 
 
 class LabelScore(BaseModel):

@@ -47,6 +47,7 @@ class QAParams:
     max_seq_len: int | None = None
     max_question_len: int = 64
     handle_impossible_answer: bool = False
+    score_aggregation: str = "sum"  # "max": equal answers of several windows keep the best score, in [0, 1]
 
 
 
@@ -93,4 +94,5 @@ class QuestionAnsweringHandler:
                 top_k=params.top_k,
                 max_answer_len=params.max_answer_len,
                 handle_impossible_answer=params.handle_impossible_answer,
+                score_aggregation=params.score_aggregation,
             )

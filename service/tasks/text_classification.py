@@ -1,7 +1,11 @@
 """Text classification with the semantics of transformers 4.57.6 ``TextClassificationPipeline``.
 
-Inputs longer than the model's ``max_length`` are truncated (longest-first for text pairs), as the
-pipeline does when called with ``truncation=True``.
+An input longer than the model's ``max_length`` is an input error naming its length, as the pipeline
+fails on it by default. ``truncation=True`` cuts it to ``max_length`` (longest-first for text pairs),
+as the pipeline does when called with ``truncation=True``. ``long_text="chunk"`` (no peer does this)
+classifies it in windows of ``max_length`` tokens (pairs: windows over the longer text), each one
+model row batched like any other; the windows' logits are averaged, weighted by each window's length,
+before the score function.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from model_export.decoding import with_windows
 from model_export.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import (
@@ -31,6 +36,8 @@ FUNCTIONS = ("sigmoid", "softmax", "none")
 class ClassificationParams:
     top_k: int | None = 1
     function_to_apply: str | None = None
+    truncation: bool = False
+    long_text: str | None = None  # "chunk": classify long inputs in windows
 
 
 def default_function(ctx: ModelContext) -> str:
@@ -56,6 +63,13 @@ def _check_params(params: ClassificationParams) -> str | None:
     return function
 
 
+def _check_long_text(params: ClassificationParams) -> None:
+    if params.long_text not in (None, "chunk"):
+        raise InputError(f'long_text must be "chunk" or null, got {params.long_text!r}')
+    if params.long_text is not None and params.truncation:
+        raise InputError('truncation and long_text "chunk" exclude each other: pick one')
+
+
 def _as_tokenizer_input(item: Any) -> str | tuple[str, str]:
     if isinstance(item, str):
         return require_text(item)
@@ -70,16 +84,37 @@ class TextClassificationHandler:
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: ClassificationParams) -> list[Prepared]:
         _check_params(params)
+        _check_long_text(params)
         texts = [_as_tokenizer_input(item) for item in inputs]
-        tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length)
-        encodings = encode_batch(tokenizer, texts, "text")
+        if params.long_text == "chunk":
+            tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length)
+            prepared = []
+            for encoding in encode_batch(tokenizer, texts, "text"):
+                windows = with_windows(encoding)
+                weights = np.array([len(window.ids) for window in windows], dtype=np.float64)
+                prepared.append(Prepared([to_sequence(window) for window in windows], state=weights / weights.sum()))
+            return prepared
+        if params.truncation:
+            encodings = encode_batch(truncating_tokenizer(ctx.tokenizer, ctx.max_length), texts, "text")
+        else:
+            encodings = encode_batch(ctx.tokenizer, texts, "text")
+            for index, encoding in enumerate(encodings):
+                if len(encoding.ids) > ctx.max_length:
+                    raise InputError(
+                        f"input {index} is {len(encoding.ids)} tokens long; the model takes at most {ctx.max_length}: "
+                        'send "truncation": true to cut it, or "long_text": "chunk" to classify it in windows'
+                    )
         return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
 
     def postprocess(
         self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: ClassificationParams
     ) -> list[dict[str, Any]]:
         function = _check_params(params) or default_function(ctx)
-        logits = np.asarray(outputs[0]["logits"])
+        if prepared.state is None:
+            logits = np.asarray(outputs[0]["logits"])
+        else:  # windows of one long input: their logits averaged, weighted by window length
+            stacked = np.stack([np.asarray(output["logits"]) for output in outputs])
+            logits = (stacked * prepared.state[:, None]).sum(axis=0).astype(stacked.dtype)
         if function == "sigmoid":
             scores = sigmoid(logits)
         elif function == "softmax":

@@ -311,6 +311,13 @@ def test_qa_answers_merge_across_windows(base: Tokenizer) -> None:
     assert (best["answer"], best["start"]) == ("Paris", context.index("Paris"))
     # the same answer from several windows: one answer, its scores added
     assert best["score"] == pytest.approx(sum(span_probability(encoded, k) for k in with_paris), rel=1e-5)
+    assert best["score"] > 1.0
+    kept = decode_qa_answers(encoded, starts, ends, score_aggregation="max")[0]
+    assert (kept["answer"], kept["start"]) == ("Paris", context.index("Paris"))
+    assert kept["score"] == pytest.approx(max(span_probability(encoded, k) for k in with_paris), rel=1e-5)
+    assert 0.0 <= kept["score"] <= 1.0
+    with pytest.raises(DecodeInputError, match="score_aggregation"):
+        decode_qa_answers(encoded, starts, ends, score_aggregation="mean")
 
 
 def test_a_question_without_room_for_context_is_a_decode_input_error(base: Tokenizer) -> None:

@@ -160,7 +160,7 @@ def test_validation_errors_have_the_error_shape(client: TestClient) -> None:
     huge = {"inputs": {"question": "q", "context": "c"}, "max_answer_len": 10**30}
     assert_error(client.post("/v1/question-answering", json=huge), 422, "validation_error", "max_answer_len")
     invalid_json = client.post("/v1/fill-mask", content=b"{nope", headers={"content-type": "application/json"})
-    assert_error(invalid_json, 422, "validation_error")
+    assert_error(invalid_json, 400, "bad_request", "not valid JSON", "at character 1")
 
 
 def test_unknown_routes_and_methods_have_the_error_shape(client: TestClient) -> None:

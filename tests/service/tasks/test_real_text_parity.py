@@ -90,7 +90,7 @@ def test_text_classification(real_tokenizer_dir: Path) -> None:
     fixture = make("text-classification", "BertForSequenceClassification", real_tokenizer_dir, id2label=labels)
     texts: list[Any] = [row[0] for row in tsv_rows(DATA / "sst2" / "dev.tsv", 20)]
     texts += [(row[1], row[2]) for row in tsv_rows(DATA / "rte" / "dev.tsv", 10)]
-    params = ClassificationParams(top_k=None)
+    params = ClassificationParams(top_k=None, truncation=True)
     for item, result in zip(texts, fixture.run(HANDLERS["text-classification"], texts, params), strict=True):
         pipeline_input = {"text": item[0], "text_pair": item[1]} if isinstance(item, tuple) else item
         assert_same(result, fixture.pipeline(pipeline_input, top_k=None, truncation=True))

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from service.tasks import HANDLERS, ClassificationParams, InputError
@@ -30,13 +31,15 @@ MODELS: dict[str, dict[str, Any]] = {
     "one_label": {"num_labels": 1},
 }
 PARAMS = [
-    ClassificationParams(),
-    ClassificationParams(top_k=None),
-    ClassificationParams(top_k=2),
-    ClassificationParams(top_k=None, function_to_apply="sigmoid"),
-    ClassificationParams(top_k=None, function_to_apply="none"),
-    ClassificationParams(top_k=3, function_to_apply="softmax"),
+    ClassificationParams(truncation=True),
+    ClassificationParams(top_k=None, truncation=True),
+    ClassificationParams(top_k=2, truncation=True),
+    ClassificationParams(top_k=None, function_to_apply="sigmoid", truncation=True),
+    ClassificationParams(top_k=None, function_to_apply="none", truncation=True),
+    ClassificationParams(top_k=3, function_to_apply="softmax", truncation=True),
 ]
+SHORT_TEXTS = TEXTS[:6]
+LONG_TEXTS = TEXTS[-2:]
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
@@ -66,10 +69,45 @@ def test_default_function_follows_problem_type(classifier: TaskFixture) -> None:
     assert default_function(classifier.ctx) == expected
 
 
-def test_long_inputs_are_truncated_to_max_length(classifier: TaskFixture) -> None:
-    prepared = HANDLERS["text-classification"].prepare(classifier.ctx, TEXTS[-2:], ClassificationParams())
+def test_with_truncation_long_inputs_are_cut_to_max_length(classifier: TaskFixture) -> None:
+    params = ClassificationParams(truncation=True)
+    prepared = HANDLERS["text-classification"].prepare(classifier.ctx, LONG_TEXTS, params)
     assert [len(item.sequences) for item in prepared] == [1, 1]
     assert all(len(item.sequences[0]) == MAX_LENGTH for item in prepared)
+
+
+def test_by_default_a_long_input_is_refused_naming_its_length(classifier: TaskFixture) -> None:
+    handler = HANDLERS["text-classification"]
+    length = len(classifier.ctx.tokenizer.encode(TEXTS[-1]).ids)
+    with pytest.raises(InputError, match=f"input 1 is {length} tokens long.*at most {MAX_LENGTH}.*truncation"):
+        handler.prepare(classifier.ctx, ["fits", TEXTS[-1]], ClassificationParams())
+    with pytest.raises(Exception, match=r"index out of range|size of tensor|must match"):
+        classifier.pipeline(TEXTS[-1])  # the oracle fails on it too, less clearly
+    assert classifier.run(handler, SHORT_TEXTS, ClassificationParams()) == classifier.run(
+        handler, SHORT_TEXTS, ClassificationParams(truncation=True)
+    )
+
+
+def test_chunked_long_input_averages_its_windows_logits(classifier: TaskFixture) -> None:
+    handler = HANDLERS["text-classification"]
+    params = ClassificationParams(top_k=None, function_to_apply="none", long_text="chunk")
+    (prepared,) = handler.prepare(classifier.ctx, [TEXTS[-1]], params)
+    lengths = [len(window) for window in prepared.sequences]
+    assert len(lengths) >= 3 and all(length <= MAX_LENGTH for length in lengths)
+    content = [int(token) for window in prepared.sequences for token in window.input_ids[1:-1]]
+    assert content == classifier.ctx.tokenizer.encode(TEXTS[-1], add_special_tokens=False).ids  # no overlap, no loss
+    logits = [classifier.forward(("logits",), window)["logits"] for window in prepared.sequences]
+    expected = np.average(np.stack(logits), axis=0, weights=lengths)
+    (ours,) = classifier.run(handler, [TEXTS[-1]], params)
+    by_label = {item["label"]: item["score"] for item in ours}
+    labels = classifier.ctx.id2label
+    np.testing.assert_allclose([by_label[labels[i]] for i in range(len(labels))], expected, rtol=1e-5, atol=1e-6)
+    short = ClassificationParams(top_k=None, long_text="chunk")
+    assert classifier.run(handler, SHORT_TEXTS, short) == classifier.run(
+        handler, SHORT_TEXTS, ClassificationParams(top_k=None)
+    )
+    pair_windows = handler.prepare(classifier.ctx, [TEXTS[-2]], short)[0].sequences
+    assert len(pair_windows) > 1 and all(len(window) <= MAX_LENGTH for window in pair_windows)
 
 
 @pytest.mark.parametrize(
@@ -81,6 +119,8 @@ def test_long_inputs_are_truncated_to_max_length(classifier: TaskFixture) -> Non
         ([42], ClassificationParams()),
         (["fine"], ClassificationParams(top_k=0)),
         (["fine"], ClassificationParams(function_to_apply="tanh")),
+        (["fine"], ClassificationParams(truncation=True, long_text="chunk")),
+        (["fine"], ClassificationParams(long_text="windows")),
     ],
 )
 def test_bad_inputs_are_input_errors(classifier: TaskFixture, inputs: list[Any], params: ClassificationParams) -> None:
