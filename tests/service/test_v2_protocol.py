@@ -289,3 +289,21 @@ def test_plain_json_request_as_curl_sends_it(server_url: str) -> None:
         "shape": [1, 2],
         "data": [item["label"] for item in expected["results"][0]],
     }
+
+
+def test_api_keys_guard_v2_inference_but_not_its_health_and_refusals_keep_the_v2_shape() -> None:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    settings = Settings(api_keys=["secret"], max_body_bytes=1024)  # type: ignore[call-arg]
+    with TestClient(create_app(settings)) as app:
+        assert app.get("/v2/health/live").json() == {"live": True}
+        refused = app.post("/v2/models/any/infer", json={"inputs": []})
+        assert refused.status_code == 401 and isinstance(refused.json()["error"], str)
+        assert app.get("/v1/models").json()["error"]["type"] == "unauthorized"
+        key = {"Authorization": "Bearer secret"}
+        too_large = app.post("/v2/models/any/infer", content=b"x" * 2048, headers=key)
+        assert too_large.status_code == 413 and isinstance(too_large.json()["error"], str)
+        missing = app.get("/v2/models/any", headers=key)
+        assert missing.status_code == 404 and "any" in missing.json()["error"]
