@@ -99,6 +99,7 @@ def create_app(
             if engine.worker.observer is None:
                 engine.worker.observer = metrics.observer(name, engine.task)
             metrics.watch_queue(name, engine.task, functools.partial(getattr, engine.batcher, "queue_depth"))
+            metrics.record_batching(name, engine.task, engine.batching)
         registry = ModelRegistry(loaded, skipped)
         app.state.registry = registry
         starting = asyncio.create_task(registry.start_all())

@@ -27,6 +27,7 @@ from service.errors import BadRequest, NotReady, RequestTimeout
 from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
 from service.settings import EMBEDDING_TASK, Settings
 from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler
+from service.tuning import BatchingChoice, tune_runner
 from service.token_cap import check_token_cap
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ class ModelInfo:
     max_length: int
     quantization: str
     precision: str
+    batching: dict[str, Any] = dataclasses.field(default_factory=dict)
+    quantization_eval: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def load_context(bundle: Bundle) -> ModelContext:
@@ -126,6 +129,7 @@ class Engine:
         settings: Settings,
         executor: ThreadPoolExecutor | None = None,
         observer: BatchObserver | None = None,
+        batching: BatchingChoice | None = None,
     ) -> None:
         self.name = name
         self.bundle = bundle
@@ -133,7 +137,8 @@ class Engine:
         self.context = context
         self.settings = settings
         token_level = task_spec(bundle.spec.task).token_level
-        policy = batch_policy(settings, token_output_width(runner, token_level))
+        self.batching = batching or BatchingChoice.configured(settings)
+        policy = batch_policy(self.batching.apply(settings), token_output_width(runner, token_level))
         if bundle.spec.task == EMBEDDING_TASK:
             # One embeddings request may bring max_embedding_inputs texts, one row each: the queue holds one such.
             policy = dataclasses.replace(policy, max_queue=max(policy.max_queue, settings.max_embedding_inputs))
@@ -169,7 +174,15 @@ class Engine:
             runner = OrtRunner(bundle.model_path, task_spec(bundle.spec.task).outputs, settings.intra_op_threads)
         except Exception as exc:
             raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
-        return cls(name or bundle.path.name, bundle, handler, context, runner, settings, executor, observer)
+        name = name or bundle.path.name
+        served: ModelRunner = runner
+        batching = None
+        if settings.tunes():
+            width = token_output_width(runner, task_spec(bundle.spec.task).token_level)
+            cap = MAX_TOKEN_OUTPUT_BYTES // (4 * width) if width else None
+            outputs = task_spec(bundle.spec.task).outputs
+            served, batching = tune_runner(name, bundle.model_path, outputs, context, runner, settings, cap)
+        return cls(name, bundle, handler, context, served, settings, executor, observer, batching)
 
     @property
     def task(self) -> str:
@@ -189,6 +202,8 @@ class Engine:
             max_length=spec.max_length,
             quantization=spec.quantization,
             precision=spec.precision,
+            batching=self.batching.to_json(),
+            quantization_eval=dict(spec.quantization_eval),
         )
 
     async def start(self) -> None:

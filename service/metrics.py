@@ -7,6 +7,8 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from service.runtime import BatchStats
+from service.settings import TUNED_SETTINGS
+from service.tuning import BatchingChoice
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -71,9 +73,20 @@ class ServiceMetrics:
             "bertserve_failed_batches", "Batches whose inference failed", MODEL_LABELS, registry=reg
         )
         self.queue_depth = Gauge("bertserve_queue_depth", "Rows waiting per model", MODEL_LABELS, registry=reg)
+        self.batching = Gauge(
+            "bertserve_batching",
+            "A model's batch limits and ORT threads; source: tuned at start-up or configured",
+            (*MODEL_LABELS, "setting", "source"),
+            registry=reg,
+        )
 
     def observer(self, model: str, task: str) -> ModelMetrics:
         return ModelMetrics(self, model, task)
+
+    def record_batching(self, model: str, task: str, batching: BatchingChoice) -> None:
+        source = "tuned" if batching.tuned else "configured"
+        for setting in TUNED_SETTINGS:
+            self.batching.labels(model, task, setting, source).set(getattr(batching, setting))
 
     def watch_queue(self, model: str, task: str, depth: Callable[[], float]) -> None:
         self.queue_depth.labels(model, task).set_function(depth)

@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 EMBEDDING_TASK = "feature-extraction"
+# What start-up tuning picks per model (service/tuning.py); one of them given explicitly turns auto-tuning off.
+TUNED_SETTINGS = frozenset({"max_batch_tokens", "max_batch_size", "intra_op_threads"})
 
 
 def default_intra_op_threads() -> int:
@@ -39,6 +41,13 @@ class Settings(BaseSettings):
     )
     max_batch_tokens: int = Field(default=8192, ge=1, description="Padded tokens per batch (batch size x longest row).")
     max_batch_size: int = Field(default=32, ge=1, description="Rows per batch at most.")
+    tune: bool | None = Field(
+        default=None,
+        description="Pick max_batch_tokens, max_batch_size and intra_op_threads per model at start-up from a few "
+        "seconds of synthetic batches (logged, and shown in /v1/models). Default: on when none of the three is "
+        "given; with --tune the given ones stay fixed and the others are tuned; --no-tune: never.",
+    )
+    tune_seconds: float = Field(default=2.0, gt=0, le=60, description="Time budget of start-up tuning per model.")
     batch_overhead_tokens: float = Field(
         default=32.0,
         ge=0,
@@ -111,6 +120,12 @@ class Settings(BaseSettings):
             if not sep or not name.strip() or not path.strip():
                 raise ValueError(f"model {pair!r} is not NAME=PATH")
         return value
+
+    def tunes(self) -> bool:
+        """Whether start-up tuning runs: as asked, else when no tuned setting was given (flag or environment)."""
+        if self.tune is not None:
+            return self.tune
+        return not TUNED_SETTINGS & self.model_fields_set
 
     def max_inputs_for(self, task: str) -> int:
         """The most inputs one request of ``task`` may bring: embeddings come in large lists."""

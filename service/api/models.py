@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from service.api.deps import RegistryDep
 from service.schemas import ModelCard, ModelsResponse
-from service.schemas.common import BrokenModel, OpenAIModel
+from service.schemas.common import Batching, BrokenModel, OpenAIModel, QuantizationEval
 
 router = APIRouter(tags=["models"])
 
@@ -27,6 +27,8 @@ async def list_models(registry: RegistryDep) -> ModelsResponse:
                 max_length=info.max_length,
                 quantization=info.quantization,
                 precision=info.precision,
+                batching=Batching(**info.batching) if info.batching else None,
+                quantization_eval=QuantizationEval(**info.quantization_eval) if info.quantization_eval else None,
                 ready=engine.ready,
             )
         )

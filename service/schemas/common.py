@@ -28,6 +28,32 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
+class Batching(BaseModel):
+    """The batch limits and ORT threads a model runs with: tuned at start-up or as configured."""
+
+    max_batch_tokens: int
+    max_batch_size: int
+    intra_op_threads: int
+    tuned: bool = Field(description="Picked by start-up tuning (false: the settings' values).")
+    candidates: dict[str, list[int]] = Field(
+        default_factory=dict, description="Per tuned setting, the values the tuner picked from."
+    )
+    tune_seconds: float = Field(0.0, description="Time start-up tuning took for this model.")
+
+
+class QuantizationEval(BaseModel):
+    """fp32 and int8 scored at export on labelled rows (``--eval-data``), in percent of the task's metric."""
+
+    metric: str
+    rows: int
+    fp32: float
+    int8: float
+    loss: float = Field(description="fp32 - int8, in percentage points.")
+    max_loss: float | None = Field(description="The export's --max-loss budget (null: none).")
+    changed_predictions: int
+    int8_accepted: bool = Field(description="Whether the int8 graph was written (false: the bundle kept fp32).")
+
+
 class ModelCard(BaseModel):
     name: str
     task: str = Field(description=f"The task it serves, one of: {', '.join(TASK_NAMES)}.")
@@ -35,6 +61,10 @@ class ModelCard(BaseModel):
     max_length: int = Field(description="Longest row the model takes, in tokens, special tokens included.")
     quantization: str = Field(description="none or int8")
     precision: str = Field(description="fp32 or fp16")
+    batching: Batching | None = None
+    quantization_eval: QuantizationEval | None = Field(
+        None, description="What int8 cost on the export's eval data (null: not measured)."
+    )
     ready: bool
 
 

@@ -1,0 +1,277 @@
+"""Start-up auto-tuning: a few seconds of synthetic batches pick a model's batch limits and ORT threads.
+
+Three settings are tuned, each only among a candidate set fixed before any timing (and logged), so the choice
+is bounded whatever the clock says; a setting given explicitly is not tuned (its candidate set is that value):
+
+- ``intra_op_threads``: powers of two up to the CPU count (and the count itself); the fastest at a batch of
+  4 x 128-token rows wins, fewer threads when within 5 % (other models share the cores).
+- ``max_batch_tokens``: rows of 128 tokens (or the model's max length) in batches of 1, 2, 4 ... rows; the
+  token count where throughput stops growing (the smallest batch within 5 % of the best) is the budget.
+- ``max_batch_size``: the same sweep with 16-token rows, up to the token budget: how many short rows one call
+  should take; never fewer than the long rows the token budget holds.
+
+Sweeps stop early once throughput stops growing or when the next batch would not fit in the time budget
+(``tune_seconds`` per model); what was not measured is not picked.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model_export.onnx_io import PaddedRows, pad_rows
+from service.runtime import ModelRunner, OrtRunner
+from service.settings import TUNED_SETTINGS, Settings
+from service.tasks.base import ModelContext
+
+logger = logging.getLogger(__name__)
+
+LONG_ROW_TOKENS = 128
+SHORT_ROW_TOKENS = 16
+THREADS_PROBE_ROWS = 4
+SIZE_CANDIDATES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+MAX_THREAD_CANDIDATES = 6
+WITHIN_BEST = 0.95  # a smaller setting within 5 % of the best throughput wins
+GROWTH = 1.05  # a sweep stops after two steps that do not beat the best by 5 %
+TIMED_RUNS = 3
+# The budget's parts: threads may use the first 35 %, the token sweep up to 75 %, the size sweep the rest.
+THREADS_SHARE = 0.35
+TOKENS_SHARE = 0.75
+NEW_SESSION_MARGIN = 2  # a thread count's step also opens a session and may run slower: allow it that much more
+
+
+@dataclass(frozen=True)
+class BatchingChoice:
+    """The batch limits and threads one model runs with, and where they came from."""
+
+    max_batch_tokens: int
+    max_batch_size: int
+    intra_op_threads: int
+    tuned: bool = False
+    candidates: dict[str, list[int]] = field(default_factory=dict)  # per tuned setting, what it was picked from
+    tokens_per_second: dict[str, dict[int, float]] = field(default_factory=dict)  # what was measured
+    seconds: float = 0.0  # time the tuner took
+
+    @classmethod
+    def configured(cls, settings: Settings) -> BatchingChoice:
+        return cls(settings.max_batch_tokens, settings.max_batch_size, settings.intra_op_threads)
+
+    def apply(self, settings: Settings) -> Settings:
+        """``settings`` with this choice's values (the batcher reads its policy from settings)."""
+        return settings.model_copy(
+            update={
+                "max_batch_tokens": self.max_batch_tokens,
+                "max_batch_size": self.max_batch_size,
+                "intra_op_threads": self.intra_op_threads,
+            }
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_batch_tokens": self.max_batch_tokens,
+            "max_batch_size": self.max_batch_size,
+            "intra_op_threads": self.intra_op_threads,
+            "tuned": self.tuned,
+            "candidates": self.candidates,
+            "tune_seconds": round(self.seconds, 3),
+        }
+
+
+def thread_candidates(cpu_count: int | None = None) -> list[int]:
+    count = max(1, cpu_count or os.cpu_count() or 1)
+    powers = [2**k for k in range(count.bit_length()) if 2**k <= count]
+    return sorted(set(powers[: MAX_THREAD_CANDIDATES - 1]) | {count})
+
+
+def candidate_sets(settings: Settings, max_length: int, max_tokens_cap: int | None = None) -> dict[str, list[int]]:
+    """What each setting may be picked from: the given value alone for an explicit setting."""
+    long_row = min(LONG_ROW_TOKENS, max_length)
+    cap = max_tokens_cap or 2**31
+    tokens = sorted({max(max_length, min(cap, long_row * size)) for size in SIZE_CANDIDATES})
+    sets = {
+        "intra_op_threads": thread_candidates(),
+        "max_batch_tokens": tokens,
+        "max_batch_size": list(SIZE_CANDIDATES),
+    }
+    for name in TUNED_SETTINGS & settings.model_fields_set:
+        sets[name] = [int(getattr(settings, name))]
+    return sets
+
+
+class _Clock:
+    def __init__(self, budget_s: float) -> None:
+        self.started = time.perf_counter()
+        self.budget_s = budget_s
+
+    def allows(self, seconds: float, share: float = 1.0) -> bool:
+        """Whether ``seconds`` more fit in the first ``share`` of the budget (a stage's part, plus what earlier
+        stages left)."""
+        return time.perf_counter() + seconds <= self.started + share * self.budget_s
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+
+def synthetic_batch(rows: int, length: int, cls_id: int, sep_id: int, vocab_size: int) -> PaddedRows:
+    """``rows`` rows of ``length`` tokens: [CLS] fixed pseudo-random words [SEP] (same every run)."""
+    rng = np.random.default_rng(0)
+    low = min(max(cls_id, sep_id) + 1, vocab_size - 1)
+    words = rng.integers(low, vocab_size, size=(rows, max(0, length - 2)))
+    ids = [[cls_id, *row.tolist(), sep_id][:length] for row in words]
+    return pad_rows([(row, [0] * len(row)) for row in ids], pad_token_id=0)
+
+
+@dataclass
+class _Sweep:
+    """Tokens per second measured per candidate, and the one picked."""
+
+    rates: dict[int, float] = field(default_factory=dict)
+    last_seconds: float = 0.0
+
+    def knee(self) -> int:
+        """The smallest candidate within WITHIN_BEST of the best rate."""
+        best = max(self.rates.values())
+        return min(value for value, rate in self.rates.items() if rate >= WITHIN_BEST * best)
+
+
+def _time_batch(runner: ModelRunner, batch: PaddedRows) -> float:
+    """Seconds per call: the best of TIMED_RUNS after one warm-up call (first-shape allocations)."""
+    runner.run(batch)
+    best = float("inf")
+    for _ in range(TIMED_RUNS):
+        started = time.perf_counter()
+        runner.run(batch)
+        best = min(best, time.perf_counter() - started)
+    return max(best, 1e-9)
+
+
+class Tuner:
+    def __init__(
+        self,
+        make_runner: Callable[[int], ModelRunner],
+        cls_id: int,
+        sep_id: int,
+        vocab_size: int,
+        max_length: int,
+        budget_s: float,
+    ) -> None:
+        self.make_runner = make_runner
+        self.ids = (cls_id, sep_id, vocab_size)
+        self.max_length = max_length
+        self.clock = _Clock(budget_s)
+
+    def _batch(self, rows: int, length: int) -> PaddedRows:
+        return synthetic_batch(rows, length, *self.ids)
+
+    def _sweep_threads(
+        self, candidates: list[int], current: tuple[int, ModelRunner]
+    ) -> tuple[int, ModelRunner, _Sweep]:
+        batch = self._batch(THREADS_PROBE_ROWS, min(LONG_ROW_TOKENS, self.max_length))
+        tokens = batch.input_ids.size
+        sweep, runners = _Sweep(), {current[0]: current[1]}
+        order = sorted(candidates, key=lambda threads: (threads != current[0], threads))
+        for threads in order:
+            expected = NEW_SESSION_MARGIN * (TIMED_RUNS + 1) * sweep.last_seconds
+            if threads != current[0] and sweep.rates and not self.clock.allows(expected, THREADS_SHARE):
+                break
+            runner = runners.get(threads) or self.make_runner(threads)
+            runners[threads] = runner
+            seconds = _time_batch(runner, batch)
+            sweep.rates[threads], sweep.last_seconds = tokens / seconds, seconds
+        chosen = sweep.knee()
+        return chosen, runners[chosen], sweep
+
+    def _sweep_rows(self, runner: ModelRunner, length: int, sizes: list[int], share: float) -> _Sweep:
+        sweep, stalled = _Sweep(), 0
+        for size in sizes:
+            expected = sweep.last_seconds * 2 * (TIMED_RUNS + 1)
+            if sweep.rates and not self.clock.allows(expected, share):
+                break
+            seconds = _time_batch(runner, self._batch(size, length))
+            rate = size * length / seconds
+            stalled = stalled + 1 if sweep.rates and rate < GROWTH * max(sweep.rates.values()) else 0
+            sweep.rates[size], sweep.last_seconds = rate, seconds
+            if stalled >= 2:
+                break
+        return sweep
+
+    def tune(
+        self, candidates: dict[str, list[int]], runner: ModelRunner, threads: int
+    ) -> tuple[BatchingChoice, ModelRunner]:
+        """Pick every setting inside ``candidates``; returns the choice and the runner with the chosen threads."""
+        measured: dict[str, dict[int, float]] = {}
+        threads, runner, sweep = self._sweep_threads(candidates["intra_op_threads"], (threads, runner))
+        measured["intra_op_threads"] = sweep.rates
+        long_row = min(LONG_ROW_TOKENS, self.max_length)
+        token_options = candidates["max_batch_tokens"]
+        if len(token_options) == 1:
+            max_tokens = token_options[0]
+        else:
+            sizes = [size for size in SIZE_CANDIDATES if size * long_row <= max(token_options)]
+            sweep = self._sweep_rows(runner, long_row, sizes or [1], TOKENS_SHARE)
+            measured["max_batch_tokens"] = {size * long_row: rate for size, rate in sweep.rates.items()}
+            max_tokens = _at_least(token_options, sweep.knee() * long_row)
+        size_options = candidates["max_batch_size"]
+        if len(size_options) == 1:
+            max_size = size_options[0]
+        else:
+            short_row = min(SHORT_ROW_TOKENS, self.max_length)
+            sizes = [size for size in size_options if size * short_row <= max_tokens] or [size_options[0]]
+            sweep = self._sweep_rows(runner, short_row, sizes, 1.0)
+            measured["max_batch_size"] = sweep.rates
+            max_size = _at_least(size_options, max(sweep.knee(), max_tokens // long_row))
+        choice = BatchingChoice(max_tokens, max_size, threads, True, candidates, _rounded(measured), self.clock.elapsed)
+        return choice, runner
+
+
+def _at_least(options: list[int], wanted: int) -> int:
+    """The smallest option >= wanted (the largest option when none is)."""
+    return next((option for option in sorted(options) if option >= wanted), max(options))
+
+
+def _rounded(measured: dict[str, dict[int, float]]) -> dict[str, dict[int, float]]:
+    return {name: {value: round(rate, 1) for value, rate in rates.items()} for name, rates in measured.items()}
+
+
+def log_choice(name: str, choice: BatchingChoice) -> None:
+    chosen = {key: getattr(choice, key) for key in ("max_batch_tokens", "max_batch_size", "intra_op_threads")}
+    logger.info(
+        "model %s: tuned in %.2f s: %s; picked from %s; tokens/s measured: %s",
+        name,
+        choice.seconds,
+        ", ".join(f"{key} {value}" for key, value in chosen.items()),
+        choice.candidates,
+        choice.tokens_per_second,
+    )
+
+
+def tune_runner(
+    name: str,
+    model_path: Path,
+    outputs: tuple[str, ...],
+    context: ModelContext,
+    runner: ModelRunner,
+    settings: Settings,
+    max_tokens_cap: int | None = None,
+) -> tuple[ModelRunner, BatchingChoice]:
+    """Tune one loaded model (before its worker starts); returns the runner to serve with and the choice."""
+    candidates = candidate_sets(settings, context.max_length, max_tokens_cap)
+    tuner = Tuner(
+        lambda threads: OrtRunner(model_path, outputs, threads),
+        context.cls_token_id,
+        context.sep_token_id,
+        context.tokenizer.get_vocab_size(),
+        context.max_length,
+        settings.tune_seconds,
+    )
+    choice, runner = tuner.tune(candidates, runner, settings.intra_op_threads)
+    log_choice(name, choice)
+    return runner, choice

@@ -1,0 +1,117 @@
+"""Start-up auto-tuning: picks inside the candidate sets it logs, never touches a setting given explicitly.
+
+Nothing here depends on how fast anything ran: the tuner's picks are checked against its bounds only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from service.__main__ import settings_from_args
+from service.engine import Engine
+from service.settings import TUNED_SETTINGS, Settings
+from service.tuning import BatchingChoice, _at_least, _Sweep, candidate_sets, thread_candidates
+from tests.service.apptools import serving
+from tests.service.tiny_models import TinyModel
+
+QUICK = 0.3  # seconds of tuning per model: enough for a tiny model's sweeps, a bound for anything slower
+
+
+def test_auto_tuning_is_on_only_when_no_batch_setting_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BERTSERVE_TUNE", raising=False)
+    assert Settings().tunes() and settings_from_args([]).tunes()
+    assert Settings(max_wait_ms=5).tunes()
+    for name in sorted(TUNED_SETTINGS):
+        assert not Settings(**{name: 4}).tunes()  # type: ignore[arg-type]
+    assert not settings_from_args(["--max-batch-tokens", "512"]).tunes()
+    assert not settings_from_args(["--no-tune"]).tunes()
+    assert settings_from_args(["--tune", "--max-batch-size", "4"]).tunes()
+    monkeypatch.setenv("BERTSERVE_INTRA_OP_THREADS", "1")
+    assert not Settings().tunes()
+
+
+def test_tuner_picks_inside_the_candidate_sets_it_logs(
+    text_classification_model: TinyModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="service.tuning")
+    engine = Engine.from_bundle(text_classification_model.bundle, Settings(tune=True, tune_seconds=QUICK), name="tc")
+    choice = engine.batching
+    assert choice.tuned
+    assert choice.candidates == candidate_sets(Settings(), engine.context.max_length)
+    for name in TUNED_SETTINGS:
+        assert getattr(choice, name) in choice.candidates[name], name
+    assert choice.max_batch_size * min(128, engine.context.max_length) >= min(choice.max_batch_tokens, 128 * 128)
+    (logged,) = [record.getMessage() for record in caplog.records if "tuned in" in record.getMessage()]
+    assert f"picked from {choice.candidates}" in logged and f"max_batch_tokens {choice.max_batch_tokens}" in logged
+    policy = engine.batcher.policy
+    assert (policy.max_batch_tokens, policy.max_batch_size) == (choice.max_batch_tokens, choice.max_batch_size)
+    session = engine.worker.runner.session  # type: ignore[attr-defined]
+    assert session.get_session_options().intra_op_num_threads == choice.intra_op_threads
+
+
+def test_tune_keeps_given_settings_fixed_and_an_explicit_setting_disables_auto_tuning(
+    text_classification_model: TinyModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="service.tuning")
+    pinned = Engine.from_bundle(
+        text_classification_model.bundle, Settings(tune=True, tune_seconds=QUICK, max_batch_size=3)
+    )
+    assert pinned.batching.tuned and pinned.batching.candidates["max_batch_size"] == [3]
+    assert pinned.batching.max_batch_size == pinned.batcher.policy.max_batch_size == 3
+    caplog.clear()
+    configured = Engine.from_bundle(text_classification_model.bundle, Settings(tune=None, max_batch_tokens=1000))
+    assert configured.batching == BatchingChoice(1000, 32, Settings().intra_op_threads)
+    assert configured.batcher.policy.max_batch_tokens == 1000
+    assert not [record for record in caplog.records if "tuned in" in record.getMessage()]
+
+
+def test_fill_mask_token_candidates_stay_under_the_output_cap() -> None:
+    sets = candidate_sets(Settings(), max_length=64, max_tokens_cap=1000)
+    assert sets["max_batch_tokens"] == [64, 128, 256, 512, 1000]
+    assert sets["max_batch_size"] == [1, 2, 4, 8, 16, 32, 64, 128]
+
+
+def test_thread_candidates_are_powers_of_two_and_the_cpu_count() -> None:
+    assert thread_candidates(1) == [1]
+    assert thread_candidates(2) == [1, 2]
+    assert thread_candidates(6) == [1, 2, 4, 6]
+    assert thread_candidates(16) == [1, 2, 4, 8, 16]
+
+
+def test_the_knee_is_the_smallest_setting_within_five_percent_of_the_best() -> None:
+    assert _Sweep({1: 100.0, 2: 190.0, 4: 200.0, 8: 201.0}).knee() == 4
+    assert _Sweep({1: 100.0, 2: 99.0}).knee() == 1
+    assert _at_least([512, 1024, 2048], 600) == 1024
+    assert _at_least([512, 1024], 5000) == 1024
+
+
+def test_models_and_metrics_show_the_batching_and_the_int8_figures(
+    text_classification_model: TinyModel, tmp_path: Path
+) -> None:
+    bundle = shutil.copytree(text_classification_model.bundle, tmp_path / "tc")
+    spec = json.loads((bundle / "bundle.json").read_text())
+    figures = {
+        "metric": "accuracy", "rows": 10, "fp32": 90.0, "int8": 80.0, "loss": 10.0, "max_loss": 0.5,
+        "changed_predictions": 1, "int8_accepted": False, "data_sha256": "0" * 64,
+    }  # fmt: skip
+    (bundle / "bundle.json").write_text(json.dumps({**spec, "quantization_eval": figures}))
+    settings = Settings(models=[f"tc={bundle}"], tune=True, tune_seconds=QUICK)  # type: ignore[call-arg]
+
+    async def main() -> tuple[dict, Engine, str]:
+        async with serving(settings) as (app, client):
+            card = (await client.get("/v1/models")).json()["models"][0]
+            return card, app.state.registry.engines["tc"], (await client.get("/metrics")).text
+
+    card, engine, metrics = asyncio.run(main())
+    assert card["batching"] == {**engine.batching.to_json(), "tuned": True}
+    assert card["quantization_eval"] == {key: value for key, value in figures.items() if key != "data_sha256"}
+    for name in TUNED_SETTINGS:
+        value = float(getattr(engine.batching, name))
+        line = f'bertserve_batching{{model="tc",setting="{name}",source="tuned",task="text-classification"}} {value}'
+        assert line in metrics
