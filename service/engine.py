@@ -27,8 +27,8 @@ from service.errors import BadRequest, NotReady, RequestTimeout
 from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
 from service.settings import EMBEDDING_TASK, Settings
 from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler
-from service.tuning import BatchingChoice, tune_runner
 from service.token_cap import check_token_cap
+from service.tuning import BatchingChoice, tune_runner
 
 logger = logging.getLogger(__name__)
 
