@@ -47,7 +47,7 @@ class Settings(BaseSettings):
         "seconds of synthetic batches (logged, and shown in /v1/models). Default: on when none of the three is "
         "given; with --tune the given ones stay fixed and the others are tuned; --no-tune: never.",
     )
-    tune_seconds: float = Field(default=2.0, gt=0, le=60, description="Time budget of start-up tuning per model.")
+    tune_seconds: float = Field(default=1.5, gt=0, le=60, description="Time budget of start-up tuning per model.")
     batch_overhead_tokens: float = Field(
         default=32.0,
         ge=0,
