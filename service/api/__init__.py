@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from service.api import health, metrics, models, openai, rerank, tasks, tei, v2
+from service.api import docs, health, metrics, models, openai, playground, rerank, tasks, tei, v2
 
 ROUTERS: tuple[APIRouter, ...] = (
     models.router,
@@ -17,6 +17,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     v2.router,
     health.router,
     metrics.router,
+    docs.router,
+    playground.router,
 )
 
 __all__ = ["ROUTERS"]
