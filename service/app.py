@@ -120,6 +120,8 @@ def create_app(
         description=API_DESCRIPTION,
         lifespan=lifespan,
         redirect_slashes=False,  # a trailing slash is a 404 in the error shape, not an empty 307
+        docs_url=None,  # /docs and /redoc come from service.api.docs, with their assets served locally
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = metrics

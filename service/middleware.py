@@ -14,6 +14,9 @@ from service.metrics import ServiceMetrics
 
 # Paths an API key never guards: the health probes, the service's own and the Open Inference Protocol's.
 OPEN_PATH_PREFIXES = ("/health", "/v2/health")
+# The playground page and its files (the page asks for the key and sends it on its API calls); / redirects there.
+PLAYGROUND_PATHS = frozenset({"/", "/playground"})
+PLAYGROUND_PREFIX = "/playground/"
 
 
 async def send_error(send: Send, error: ServiceError, path: str = "") -> None:
@@ -72,11 +75,14 @@ class ApiKeyMiddleware:
         self.open_prefixes = OPEN_PATH_PREFIXES if protect_metrics else (*OPEN_PATH_PREFIXES, "/metrics")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith(self.open_prefixes) or self._authorised(scope):
+        if scope["type"] != "http" or self._open(scope["path"]) or self._authorised(scope):
             await self.app(scope, receive, send)
             return
         message = "missing or wrong API key: send 'Authorization: Bearer KEY'"
         await send_error(send, Unauthorized(message), scope["path"])
+
+    def _open(self, path: str) -> bool:
+        return path.startswith(self.open_prefixes) or path in PLAYGROUND_PATHS or path.startswith(PLAYGROUND_PREFIX)
 
     def _authorised(self, scope: Scope) -> bool:
         header = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
@@ -132,6 +138,7 @@ class BodyLimitMiddleware:
 
     async def _reject(self, send: Send, path: str) -> None:
         await send_error(send, PayloadTooLarge(f"request body is larger than {self.max_body_bytes} bytes"), path)
+
 
 class ConcurrencyLimitMiddleware:
     """429 (with Retry-After) at once for a request over ``max_concurrent_requests`` in flight, before its body is read.
