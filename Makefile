@@ -7,7 +7,7 @@ export ORT_DISABLE_TELEMETRY := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup test test-all lint serve demo bench accuracy clean
+.PHONY: setup browser test test-all lint serve demo bench accuracy clean
 
 # Serving and the demo build only (no test tools): what `make serve` installs.
 $(VENV)/.serve-installed: pyproject.toml
@@ -24,12 +24,17 @@ $(VENV)/.installed: $(VENV)/.serve-installed
 
 setup: $(VENV)/.installed
 
-test: setup
+# Headless Chromium for the playground and docs browser tests: Debian's packages, ~30 s to install when missing.
+browser:
+	command -v chromedriver >/dev/null || (apt-get update -qq \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver)
+
+test: setup browser
 	$(PY) -m ruff check .
 	$(PY) -m mypy training model_export service
 	$(PY) -m pytest -q
 
-test-all: setup
+test-all: setup browser
 	$(PY) -m pytest -q -m "slow or not slow"
 
 lint: setup
