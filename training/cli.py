@@ -124,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     columns.add_argument("--text-pair-column", help="column with the second text (default: sentence2 if present)")
     columns.add_argument("--label-column", help="column with the label (default: label)")
     columns.add_argument("--labels", help="comma-separated label order (default: sorted labels of --train)")
+    columns.add_argument(
+        "--relevance-head", action="store_true",
+        help="text-classification: a cross-encoder for --task rerank export: one output trained with binary "
+        "cross-entropy on its logit; labels are numbers in [0, 1], or two --labels NOT_RELEVANT,RELEVANT",
+    )  # fmt: skip
     columns.add_argument("--tag-column", type=int, default=-1, help="CoNLL column index of the tag (default: last)")
     qa = finetune.add_argument_group("question-answering")
     qa.add_argument(
@@ -181,6 +186,7 @@ def _run(args: argparse.Namespace) -> dict:
             labels=[label.strip() for label in args.labels.split(",")] if args.labels else None,
             doc_stride=args.doc_stride or args.max_length // 3, max_query_length=args.max_query_length,
             max_answer_length=args.max_answer_length, articles=args.articles, eval_articles=args.eval_articles,
+            relevance_head=args.relevance_head,
             training=_training_arguments(args, epochs=args.epochs, max_steps=args.max_steps),
         )  # fmt: skip
         return finetune(finetune_options, runtime)

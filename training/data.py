@@ -258,7 +258,8 @@ def collate(features: Sequence[Feature], pad_token_id: int) -> dict[str, torch.T
 
     input_ids (padded with ``pad_token_id``, the tokenizer's pad token), token_type_ids and attention_mask are
     padded by ``model_export.onnx_io.pad_rows``, as the exported graph and the service are fed; other per-token keys
-    are padded with their own value (labels -100, special_tokens_mask 1, else 0). Every tensor is int64.
+    are padded with their own value (labels -100, special_tokens_mask 1, else 0). Every tensor is int64, but float
+    one-value keys (relevance targets), which are float32.
     """
     if not features:
         raise ValueError("collate needs at least one feature")
@@ -274,7 +275,9 @@ def collate(features: Sequence[Feature], pad_token_id: int) -> dict[str, torch.T
             pad = PAD_VALUES.get(key, 0)
             batch[key] = torch.tensor([f[key] + [pad] * (longest - len(f[key])) for f in features], dtype=torch.long)
         elif all(len(f[key]) == 1 for f in features):
-            batch[key] = torch.tensor([f[key][0] for f in features], dtype=torch.long)
+            values = [f[key][0] for f in features]
+            dtype = torch.float32 if any(isinstance(value, float) for value in values) else torch.long
+            batch[key] = torch.tensor(values, dtype=dtype)
         else:
             raise ValueError(f"feature key {key!r} is neither per-token nor a single value")
     batch["attention_mask"] = torch.from_numpy(padded.attention_mask)

@@ -2,6 +2,8 @@
 
 Tasks: text-classification (CSV/TSV/JSONL), question-answering (SQuAD v1.1/v2.0 JSON), token-classification
 (CoNLL or JSONL), fill-mask (plain text, continued MLM training; --eval scores whole-word mask probes).
+text-classification with ``relevance_head`` trains a cross-encoder for rerank: one output, binary cross-entropy on
+its logit (sentence-transformers' CrossEncoder loss), targets in [0, 1] (the score rerank serves is its sigmoid).
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
@@ -64,6 +67,7 @@ class FinetuneOptions:
     max_answer_length: int = int(task_spec("question-answering").pipeline_defaults["max_answer_len"])
     articles: str | None = None
     eval_articles: str | None = None
+    relevance_head: bool = False
     training: TrainingArguments = field(default_factory=TrainingArguments)
 
 
@@ -116,7 +120,67 @@ def _predictor(options: FinetuneOptions, context: TaskContext) -> Predict:
     return predict
 
 
+def relevance_targets(path: Path, labels: Sequence[str], named: Sequence[str] | None) -> list[float]:
+    """Rerank targets: with ``named`` (two labels, not relevant first) 0.0 / 1.0, else numbers in [0, 1]."""
+    if named:
+        if len(named) != 2:
+            raise DataError(f"a relevance head needs two --labels (not relevant, relevant), got {len(named)}")
+        check_labels(path, labels, named)
+        return [float(named.index(label)) for label in labels]
+    targets = []
+    for label in labels:
+        try:
+            target = float(label)
+        except ValueError:
+            raise DataError(
+                f"{path}: label {label!r} is not a number: give --labels NOT_RELEVANT,RELEVANT for named labels"
+            ) from None
+        if not 0.0 <= target <= 1.0:
+            raise DataError(f"{path}: relevance {label} is outside [0, 1]")
+        targets.append(target)
+    return targets
+
+
+def relevance_loss(model: nn.Module, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    logits = model(**{key: value for key, value in batch.items() if key != "labels"})["logits"].squeeze(-1)
+    return F.binary_cross_entropy_with_logits(logits.float(), batch["labels"].float()), {}
+
+
+def _relevance(options: FinetuneOptions, context: TaskContext) -> TaskData:
+    columns = {
+        "text_column": options.text_column,
+        "text_pair_column": options.text_pair_column,
+        "label_column": options.label_column,
+    }
+
+    def features(path: Path, max_rows: int | None) -> list[Feature]:
+        rows = read_classification_rows(path, **columns, max_rows=max_rows)
+        targets = relevance_targets(path, [row.label for row in rows], options.labels)
+        encoded = encode_classification(rows, context.tokenizer, {row.label: 0 for row in rows}, options.max_length)
+        # float targets in the one-value "labels" key: collate makes them a float32 vector
+        pairs = zip(encoded, targets, strict=True)
+        return [cast(Feature, {**feature, "labels": [target]}) for feature, target in pairs]
+
+    train_features = features(options.train_file, options.max_train_samples)
+    evaluate = None
+    if options.eval_file is not None:
+        eval_features = features(options.eval_file, options.max_eval_samples)
+
+        def evaluate(model: nn.Module) -> dict[str, float]:
+            outputs = _predict(model, options.task, eval_features, options.training.eval_batch_size, context)
+            scores = torch.sigmoid(torch.stack([out["logits"][0] for out in outputs]))
+            targets = torch.tensor([f["labels"][0] for f in eval_features])
+            correct = ((scores >= 0.5) == (targets >= 0.5)).float().mean()
+            return {"accuracy": float(correct), "brier": float(((scores - targets) ** 2).mean())}
+
+    overrides = {"id2label": {0: "LABEL_0"}, "label2id": {"LABEL_0": 0}, "problem_type": "regression"}
+    collate_fn = partial(collate, pad_token_id=context.pad_token_id)
+    return TaskData(train_features, collate_fn, evaluate, overrides, loss_fn=relevance_loss)
+
+
 def _classification(options: FinetuneOptions, context: TaskContext) -> TaskData:
+    if options.relevance_head:
+        return _relevance(options, context)
     tokenizer = context.tokenizer
     columns = {
         "text_column": options.text_column,
@@ -228,6 +292,8 @@ TASK_BUILDERS = {
 
 def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
     load_config(options.base)  # fails fast, before any data is read, when --base is not a BERT checkpoint
+    if options.relevance_head and options.task != "text-classification":
+        raise DataError(f"--relevance-head is a text-classification head, not one for {options.task}")
     set_seed(options.training.seed)  # the new head's initial weights depend on --seed
     spec = task_spec(options.task)
     try:
