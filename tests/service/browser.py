@@ -112,11 +112,13 @@ def wait_for_text(driver: WebDriver, css: str, starts_with: str, timeout_s: floa
 def open_playground(driver: WebDriver, base_url: str, api_key: str | None = None) -> None:
     """Load the page; with ``api_key``, type it into the key field; wait until the model list is filled."""
     driver.get(f"{base_url}/")
-    wait_status(driver, ("idle", "error"))
-    if api_key is not None:
-        field = driver.find_element(By.ID, "api-key")
+    state = wait_status(driver, ("ready", "error"))
+    field = driver.find_element(By.ID, "api-key")
+    if api_key is not None and field.get_attribute("value") != api_key:
         field.clear()
         field.send_keys(api_key, Keys.TAB)
+        state = wait_status(driver, ("ready", "error"))
+    assert state == "ready", driver.find_element(By.ID, "status").text
     wait_for(driver, "#model option")
 
 
@@ -137,7 +139,7 @@ def run_task(driver: WebDriver, model: str, fields: dict[str, str] | None = None
         field = driver.find_element(By.ID, field_id)
         field.clear()
         field.send_keys(value)
-    driver.execute_script("document.getElementById('status').dataset.state = 'idle'")
+    driver.execute_script("document.getElementById('status').dataset.state = 'starting'")
     driver.find_element(By.ID, "run").click()
     return wait_status(driver, ("done", "error"))
 

@@ -183,8 +183,9 @@ def test_an_api_error_is_shown_not_rendered(browser: WebDriver) -> None:
 
 
 def test_the_page_talks_to_no_other_host(browser: WebDriver, server_url: str) -> None:
+    requested_urls(browser)
     open_playground(browser, server_url, api_key=KEY)
-    run_task(browser, "text-classification")
+    assert run_task(browser, "text-classification") == "done"
     network = requested_urls(browser)
     assert {f"{server_url}/v1/models", f"{server_url}/v1/text-classification"} <= set(network.sent)
     assert foreign_urls(network.sent + network.blocked, server_url) == []

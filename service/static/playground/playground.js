@@ -4,11 +4,13 @@
 // Every answer is rendered with textContent / DOM nodes: model output never becomes markup.
 
 const EXAMPLES = {
-  "text-classification": { text: "A wonderful, moving film with brilliant acting." },
-  "token-classification": { text: "John Smith works for Google in London." },
+  "text-classification": { text: "I absolutely loved this movie, the acting was wonderful!" },
+  "token-classification": { text: "My name is Sarah and I live in London." },
   "question-answering": {
-    question: "Where does John live?",
-    context: "John lives in Paris with his family. He works for a bank in London.",
+    question: "Where was Marie Curie born?",
+    context:
+      "Marie Curie was born in Warsaw in 1867. She studied physics and became a chemist. " +
+      "In 1891, she moved to Paris to work at the Sorbonne.",
   },
   "fill-mask": { text: "Paris is the [MASK] of France." },
   "zero-shot-classification": {
@@ -25,6 +27,7 @@ const EXAMPLES = {
 const KEY_STORAGE = "bertserve-playground-api-key";
 const $ = (id) => document.getElementById(id);
 let models = [];
+let modelLoads = 0;
 
 function apiKey() {
   return $("api-key").value.trim();
@@ -47,9 +50,11 @@ function errorMessage(status, body) {
 }
 
 async function loadModels() {
+  const load = ++modelLoads;
   setStatus("loading", "Loading models ...");
   const response = await fetch("v1/models", { headers: headers() });
   const body = await response.json().catch(() => null);
+  if (load !== modelLoads) return; // a later load (another key) is under way: its answer counts
   if (!response.ok) {
     const hint = response.status === 401 ? " (enter the server's API key above)" : "";
     setStatus("error", errorMessage(response.status, body) + hint);
@@ -68,7 +73,7 @@ async function loadModels() {
   );
   if (models.some((model) => model.name === chosen)) select.value = chosen;
   if (select.value !== chosen) showModel();
-  setStatus("idle", models.length ? "" : "The server has no models loaded.");
+  setStatus("ready", models.length ? "" : "The server has no models loaded.");
 }
 
 function currentModel() {
