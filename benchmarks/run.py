@@ -3,6 +3,9 @@
 Sets up what it needs (wrk check, fine-tuned MiniLM checkpoints via the training CLI, fp32/int8 bundles via
 model_export, the infinity-emb venv), then measures raw onnxruntime, bertserve fp32/int8, a naive transformers
 pipeline app and infinity-emb under the same wrk load, and writes results.{md,json} and PNG plots.
+
+Besides the fine-tuned tasks, infinity-emb's own job: embeddings (requests of 1 and of 32 SST-2 dev sentences,
+all-MiniLM-L6-v2) and rerank (1 query + 16 documents: an RTE dev premise, its hypothesis and 15 others).
 """
 
 from __future__ import annotations
@@ -23,28 +26,22 @@ from typing import Any
 
 from benchmarks import datasets, loadgen, models, profile, raw_ort, report, served_scores, servers
 from benchmarks.infinity_setup import ensure_infinity_venv
+from benchmarks.loads import (
+    INFINITY_TASKS,
+    ROUTES,
+    bertserve_loads,
+    bertserve_path,
+    infinity_loads,
+    load_inputs,
+    raw_inputs,
+)
 
 log = logging.getLogger("bench")
 RESULTS_DIR = Path(__file__).with_name("results")
 SCRATCH_DIR = Path(__file__).with_name("scratch")
-TASKS = ("sst2", "squad", "conll")
+TASKS = ("sst2", "squad", "conll", "embeddings", "rerank")
 SYSTEMS = ("raw", "bertserve", "naive", "infinity")
-ROUTES = {"sst2": "text-classification", "squad": "question-answering", "conll": "token-classification"}
 PROFILE_CONCURRENCY = 32
-
-
-def load_inputs(task: str) -> list[Any]:
-    """The load's inputs: SST-2 dev sentences, SQuAD held-out question/context pairs, CoNLL valid sentences."""
-    if task == "sst2":
-        return [row.text for row in datasets.read_sst2("dev")]
-    if task == "squad":
-        start = int(models.SQUAD_EVAL_ARTICLES.split(":")[0])
-        return [{"question": ex.question, "context": ex.context} for ex in datasets.read_squad(start)]
-    return [sentence.text for sentence in datasets.read_conll("valid")]
-
-
-def raw_inputs(task: str, inputs: list[Any]) -> list[Any]:
-    return [(item["question"], item["context"]) for item in inputs] if task == "squad" else inputs
 
 
 def scrape_padding(base_url: str, model: str) -> tuple[float, float]:
@@ -129,9 +126,9 @@ class Bench:
                     continue
                 checkpoint = models.ensure_checkpoint(name, self.args.train_scale)
                 self.results["models"][key] = {
-                    "bundle": str(bundle.relative_to(datasets.REPO_ROOT)),
-                    "checkpoint": str(checkpoint.relative_to(datasets.REPO_ROOT)),
-                    "recipe": models.RECIPES[name].__dict__,
+                    "bundle": shown_path(bundle),
+                    "checkpoint": shown_path(checkpoint),
+                    "recipe": models.recipe_facts(name),
                     **models.bundle_facts(bundle),
                 }
 
@@ -146,13 +143,17 @@ class Bench:
                      result.batch_size)  # fmt: skip
             self.results["raw"].append({"task": task, "variant": quantization, **result.to_json()})
 
-    def sweep(self, task: str, system: str, server: servers.Server, path: str, bodies: Path, model: str | None) -> None:
+    def sweep(
+        self, task: str, system: str, server: servers.Server, path: str, bodies: Path, model: str | None,
+        sequences_per_request: int = 1,
+    ) -> None:  # fmt: skip
         for concurrency in self.args.concurrency:
             url = server.base_url + path
             if self.args.warmup > 0:
                 loadgen.run_wrk(url, bodies, concurrency, self.args.warmup)
             before = scrape_padding(server.base_url, model) if model else None
-            result = loadgen.run_wrk(url, bodies, concurrency, self.args.duration)
+            result = loadgen.run_wrk(url, bodies, concurrency, self.args.duration,
+                                     sequences_per_request=sequences_per_request)  # fmt: skip
             waste = None
             if before is not None and model:
                 padding, real = (after - start for after, start in zip(scrape_padding(server.base_url, model), before,
@@ -170,16 +171,15 @@ class Bench:
         name = f"{task}-{quantization}"
         if not self.have_bundle(task, quantization):
             return
-        extra = {"truncation": True} if task == "sst2" else {}  # what the route did before truncation was opt-in
-        bodies = loadgen.write_bodies(
-            [{"model": name, "inputs": item, **extra} for item in load_inputs(task)],
-            self.bodies_dir / f"bertserve-{task}.jsonl",
-        )
         port = servers.free_port()
         command = servers.bertserve_command({name: models.bundle_dir(task, quantization, self.args.train_scale)}, port)
         command += ["--log-level", "warning", *shlex.split(self.args.bertserve_args)]
         with servers.running(f"bertserve-{name}", command, port, "/health/ready", self.logs_dir) as server:
-            self.sweep(task, f"bertserve-{quantization}", server, f"/v1/{ROUTES[task]}", bodies, name)
+            for load in bertserve_loads(task, name):
+                bodies = loadgen.write_bodies(load.bodies, self.bodies_dir / f"bertserve-{load.name}.jsonl")
+                self.sweep(load.name, f"bertserve-{quantization}", server, bertserve_path(task), bodies, name,
+                           load.sequences_per_request)  # fmt: skip
+            bodies = self.bodies_dir / f"bertserve-{task}.jsonl"
             if self.args.profile and task == "sst2" and quantization == "fp32":
                 self.profile_server(server, f"/v1/{ROUTES[task]}", bodies)
 
@@ -201,17 +201,16 @@ class Bench:
         with servers.running("naive-sst2", servers.naive_command(port), port, "/health", self.logs_dir, env) as server:
             self.sweep("sst2", "naive", server, "/v1/text-classification", bodies.with_name("naive-sst2.jsonl"), None)
 
-    def run_infinity(self) -> None:
+    def run_infinity(self, task: str) -> None:
         venv = ensure_infinity_venv()
-        checkpoint = models.ensure_checkpoint("sst2", self.args.train_scale)
-        bodies = loadgen.write_bodies(
-            [{"model": "sst2", "input": [text]} for text in load_inputs("sst2")],
-            self.bodies_dir / "infinity-sst2.jsonl",
-        )
+        checkpoint = models.ensure_checkpoint(task, self.args.train_scale)
+        path = {"sst2": "/classify", "embeddings": "/embeddings", "rerank": "/rerank"}[task]
         port = servers.free_port()
-        command = [*servers.infinity_command(venv, checkpoint, "sst2", port), "--log-level", "warning"]
-        with servers.running("infinity-sst2", command, port, "/models", self.logs_dir) as server:
-            self.sweep("sst2", "infinity", server, "/classify", bodies, None)
+        command = [*servers.infinity_command(venv, checkpoint, task, port), "--log-level", "warning"]
+        with servers.running(f"infinity-{task}", command, port, "/models", self.logs_dir) as server:
+            for load in infinity_loads(task):
+                bodies = loadgen.write_bodies(load.bodies, self.bodies_dir / f"infinity-{load.name}.jsonl")
+                self.sweep(load.name, "infinity", server, path, bodies, None, load.sequences_per_request)
 
     def run_accuracy(self) -> None:
         names = ["sst2", "rte", "conll", "squad"]
@@ -255,7 +254,7 @@ class Bench:
         loadgen.require_wrk()
         if args.throughput:
             self.prepare_models(list(args.tasks))
-            if "infinity" in args.systems and "sst2" in args.tasks:
+            if "infinity" in args.systems and set(INFINITY_TASKS) & set(args.tasks):
                 ensure_infinity_venv()
             for task in args.tasks:
                 if "raw" in args.systems:
@@ -268,13 +267,20 @@ class Bench:
             if "sst2" in args.tasks and "naive" in args.systems:
                 self.run_naive()
                 self.save()
-            if "sst2" in args.tasks and "infinity" in args.systems:
-                self.run_infinity()
+            for task in (task for task in INFINITY_TASKS if task in args.tasks and "infinity" in args.systems):
+                self.run_infinity(task)
                 self.save()
         if args.accuracy:
             self.run_accuracy()
         self.save()
         print_summary(self.results)
+
+
+def shown_path(path: Path) -> str:
+    """A path as results show it: relative to the repository, else its last two parts (no machine paths)."""
+    return str(
+        path.relative_to(datasets.REPO_ROOT) if path.is_relative_to(datasets.REPO_ROOT) else Path(*path.parts[-2:])
+    )
 
 
 def print_summary(results: dict[str, Any]) -> None:
