@@ -7,8 +7,8 @@ bertserve, and scored through HTTP on real text:
 - zero-shot, SST-2 dev (872 sentences), candidate labels "positive" / "negative", the pipeline's default template;
 - zero-shot, topics: the first paragraphs of the SQuAD dev-subset articles whose subject is one clear topic
   (``TOPIC_ARTICLES``: the label of each article was chosen by hand from its title, before any scoring);
-- rerank, RTE dev (the same weights with the head's two rows in rerank's order, not entailed / entailed =
-  relevant: ``models.relevance_checkpoint``): each entailment pair's premise is the query, its own hypothesis one
+- rerank, RTE dev (the same weights, the head written as one logit: entailed minus not entailed,
+  ``models.relevance_checkpoint``): each entailment pair's premise is the query, its own hypothesis one
   of 16 documents, the other 15 hypotheses drawn (seeded) from the rest of RTE dev (``loads.rerank_groups``, the
   benchmark's rerank load); hit@1 and MRR of the own hypothesis.
 
@@ -233,9 +233,9 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         f"Predicted labels, SST-2: {sst2['predicted_counts']} (gold {sst2['gold_counts']}); "
         f"topics: {topics['predicted_counts']} (gold {topics['gold_counts']}).",
         "",
-        "Rerank serves the same weights with the head's two rows in rerank's order (not entailed, entailed = "
-        "relevant; the training CLI sorted the labels entailment first). Word overlap: the documents ranked by the "
-        "number of distinct words they share with the query (no model).",
+        "Rerank serves the same weights with the two-label head written as one logit, entailed minus not entailed "
+        "(its sigmoid is the entailment probability; `models.relevance_checkpoint`). Word overlap: the documents "
+        "ranked by the number of distinct words they share with the query (no model).",
         "",
         "Topic of each article (chosen by hand from its title before scoring): "
         + ", ".join(f"{title} {topic}" for title, topic in topics["article_topics"].items())
