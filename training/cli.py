@@ -130,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         "cross-entropy on its logit; labels are numbers in [0, 1], or two --labels NOT_RELEVANT,RELEVANT",
     )  # fmt: skip
     columns.add_argument("--tag-column", type=int, default=-1, help="CoNLL column index of the tag (default: last)")
+    columns.add_argument(
+        "--label-subwords",
+        action="store_true",
+        help="token-classification: train a word's later sub-tokens too (B-X -> I-X), for aggregation 'simple'",
+    )
     qa = finetune.add_argument_group("question-answering")
     qa.add_argument(
         "--doc-stride", type=int,
@@ -183,6 +188,7 @@ def _run(args: argparse.Namespace) -> dict:
             max_length=args.max_length, max_train_samples=args.max_train_samples,
             max_eval_samples=args.max_eval_samples, text_column=args.text_column,
             text_pair_column=args.text_pair_column, label_column=args.label_column, tag_column=args.tag_column,
+            label_subwords=args.label_subwords,
             labels=[label.strip() for label in args.labels.split(",")] if args.labels else None,
             doc_stride=args.doc_stride or args.max_length // 3, max_query_length=args.max_query_length,
             max_answer_length=args.max_answer_length, articles=args.articles, eval_articles=args.eval_articles,

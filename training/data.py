@@ -205,9 +205,15 @@ def _read_conll(path: Path, tag_column: int) -> list[TaggedSentence]:
 
 
 def encode_token_classification(
-    sentences: Sequence[TaggedSentence], tokenizer: Tokenizer, label2id: dict[str, int], max_length: int
+    sentences: Sequence[TaggedSentence],
+    tokenizer: Tokenizer,
+    label2id: dict[str, int],
+    max_length: int,
+    label_subwords: bool = False,
 ) -> list[Feature]:
-    """Label the first sub-token of each word; later sub-tokens and special tokens get IGNORE_INDEX."""
+    """Label the first sub-token of each word; special tokens get IGNORE_INDEX, and so do later sub-tokens unless
+    ``label_subwords``: then they get the word's inside tag (B-X -> I-X), which the pipeline's "simple"
+    aggregation reads, as it labels every sub-token on its own."""
     tokenizer.enable_truncation(max_length)
     try:
         encodings = tokenizer.encode_batch([s.tokens for s in sentences], is_pretokenized=True)
@@ -218,13 +224,22 @@ def encode_token_classification(
         labels = []
         previous_word: int | None = None
         for word_id in encoding.word_ids:
-            if word_id is None or word_id == previous_word:
+            if word_id is None or (word_id == previous_word and not label_subwords):
                 labels.append(IGNORE_INDEX)
+            elif word_id == previous_word:
+                labels.append(label2id[inside_tag(sentence.tags[word_id], label2id)])
             else:
                 labels.append(label2id[sentence.tags[word_id]])
             previous_word = word_id
         features.append({"input_ids": list(encoding.ids), "token_type_ids": list(encoding.type_ids), "labels": labels})
     return features
+
+
+def inside_tag(tag: str, label2id: dict[str, int]) -> str:
+    """The tag a word's later sub-tokens carry: B-X -> I-X (when I-X is a label), anything else unchanged."""
+    if tag.startswith("B-") and f"I-{tag[2:]}" in label2id:
+        return f"I-{tag[2:]}"
+    return tag
 
 
 def read_text_lines(path: Path, max_lines: int | None = None) -> list[str]:

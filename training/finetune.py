@@ -61,6 +61,7 @@ class FinetuneOptions:
     text_pair_column: str | None = None
     label_column: str | None = None
     tag_column: int = -1
+    label_subwords: bool = False
     labels: list[str] | None = None
     doc_stride: int = 128
     max_query_length: int = 64
@@ -217,7 +218,9 @@ def _token_classification(options: FinetuneOptions, context: TaskContext) -> Tas
     tags = label_list((tag for s in sentences for tag in s.tags), options.labels)
     check_labels(options.train_file, (tag for s in sentences for tag in s.tags), tags, what="tag")
     label2id = {tag: i for i, tag in enumerate(tags)}
-    train_features = encode_token_classification(sentences, tokenizer, label2id, options.max_length)
+    train_features = encode_token_classification(
+        sentences, tokenizer, label2id, options.max_length, options.label_subwords
+    )
     evaluate = None
     if options.eval_file is not None:
         eval_sentences = read_tagged_sentences(options.eval_file, options.tag_column, options.max_eval_samples)

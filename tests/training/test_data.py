@@ -147,6 +147,22 @@ def test_first_subtoken_gets_the_tag_and_the_rest_are_ignored(tiny_wordpiece) ->
     assert len(feature["labels"]) == len(feature["input_ids"])
 
 
+def test_label_subwords_gives_later_subtokens_the_inside_tag(tiny_wordpiece) -> None:
+    sentence = TaggedSentence(["Unbelievable", "Brussels", "transformations", "fox"], ["O", "B-LOC", "B-MISC", "O"])
+    label2id = {"O": 0, "B-LOC": 1, "I-LOC": 2, "B-MISC": 3}
+    [feature] = encode_token_classification(
+        [sentence], tiny_wordpiece, label2id, max_length=64, label_subwords=True
+    )
+    inside = {"O": "O", "B-LOC": "I-LOC", "B-MISC": "B-MISC"}  # no I-MISC label: the B tag is kept
+    expected = [IGNORE_INDEX]
+    for word, tag in zip(sentence.tokens, sentence.tags, strict=True):
+        pieces = len(tiny_wordpiece.encode(word, add_special_tokens=False).ids)
+        expected += [label2id[tag]] + [label2id[inside[tag]]] * (pieces - 1)
+    expected.append(IGNORE_INDEX)
+    assert sum(len(tiny_wordpiece.encode(w, add_special_tokens=False).ids) > 1 for w in sentence.tokens[1:3]) >= 1
+    assert feature["labels"] == expected
+
+
 def test_text_lines_skip_blanks(tmp_path: Path) -> None:
     path = tmp_path / "corpus.txt"
     path.write_text("first passage\n\n  \nsecond passage\n")
