@@ -138,10 +138,13 @@ class Bench:
             bundle = models.bundle_dir(task, quantization, self.args.train_scale)
             if not self.have_bundle(task, quantization):
                 continue
-            result = raw_ort.measure(bundle, ROUTES[task], inputs, self.args.duration)
-            log.info("raw ORT %s %s: %.1f seq/s (batch %d)", task, quantization, result.sequences_per_s,
-                     result.batch_size)  # fmt: skip
-            self.results["raw"].append({"task": task, "variant": quantization, **result.to_json()})
+            for result in (
+                raw_ort.measure(bundle, ROUTES[task], inputs, self.args.duration),
+                raw_ort.measure_global(bundle, ROUTES[task], inputs),
+            ):
+                log.info("raw ORT %s %s %s: %.1f seq/s (batch %d)", result.method, task, quantization,
+                         result.sequences_per_s, result.batch_size)  # fmt: skip
+                self.results["raw"].append({"task": task, "variant": quantization, **result.to_json()})
 
     def sweep(
         self, task: str, system: str, server: servers.Server, path: str, bodies: Path, model: str | None,
@@ -152,16 +155,22 @@ class Bench:
             if self.args.warmup > 0:
                 loadgen.run_wrk(url, bodies, concurrency, self.args.warmup)
             before = scrape_padding(server.base_url, model) if model else None
+            cpu_before, wall_before = server.cpu_seconds(), time.monotonic()
             result = loadgen.run_wrk(url, bodies, concurrency, self.args.duration,
                                      sequences_per_request=sequences_per_request)  # fmt: skip
+            cpu, wall = server.cpu_seconds() - cpu_before, time.monotonic() - wall_before
             waste = None
             if before is not None and model:
                 padding, real = (after - start for after, start in zip(scrape_padding(server.base_url, model), before,
                                                                        strict=True))  # fmt: skip
                 waste = padding / (padding + real) if padding + real else None
-            row = {"task": task, "system": system, **result.to_json(), "padding_waste": waste}
-            log.info("%s %s c=%d: %.1f seq/s p50 %.0f ms p99 %.0f ms errors %d", task, system, concurrency,
-                     result.sequences_per_s, result.p50_ms, result.p99_ms, result.errors)  # fmt: skip
+            per_request = round(1000 * cpu / result.requests, 3) if result.requests else None
+            row = {"task": task, "system": system, **result.to_json(), "padding_waste": waste,
+                   "server_cpu_s": round(cpu, 3), "server_cores_busy": round(cpu / wall, 2),
+                   "cpu_ms_per_request": per_request}  # fmt: skip
+            log.info("%s %s c=%d: %.1f seq/s p50 %.0f ms p99 %.0f ms errors %d, server CPU %.2f ms/request",
+                     task, system, concurrency, result.sequences_per_s, result.p50_ms, result.p99_ms, result.errors,
+                     per_request or 0.0)  # fmt: skip
             self.results["throughput"].append(row)
 
     def have_bundle(self, name: str, quantization: str) -> bool:

@@ -20,6 +20,7 @@ from benchmarks.datasets import REPO_ROOT
 
 log = logging.getLogger(__name__)
 OFFLINE_ENV = {"ORT_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+PROC = Path("/proc")
 
 
 @dataclass
@@ -32,6 +33,27 @@ class Server:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    def cpu_seconds(self) -> float:
+        """CPU time the server has used so far, its child processes included (it leads its own session)."""
+        return session_cpu_seconds(self.pid)
+
+
+def session_cpu_seconds(session_id: int) -> float:
+    """utime + stime of every process in session ``session_id``, plus what each has collected from reaped children.
+
+    Read from /proc/PID/stat (fields 6: session, 14-17: utime, stime, cutime, cstime, in clock ticks).
+    """
+    ticks = 0
+    for stat_path in PROC.glob("[0-9]*/stat"):
+        try:
+            stat = stat_path.read_text()
+        except OSError:  # the process ended between the listing and the read
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # fields[0] is field 3 (state)
+        if int(fields[3]) == session_id:
+            ticks += sum(int(value) for value in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
