@@ -3,10 +3,12 @@
 # bundles mounted, wait for readiness, check one answer per task over HTTP, remove the container.
 #
 #   docker/container_check.sh [MODELS_DIR]          (default: models; build it with `make demo`)
-#   docker/container_check.sh models 2>&1 | tee docker/container_check.log   (to keep a run's output; not committed)
+#   make image-check     (installs podman, buildah, runc and debootstrap when missing, builds the demo models,
+#                         writes docker/container_check.log: committed after each run that touches docker/ or service/)
 #
 # Environment: IMAGE (localhost/bertserve:check), BASE_IMAGE (localhost/debian-base:bookworm; made with
-# debootstrap when missing), HOST_PORT (18000), READY_TIMEOUT_S (180), KEEP_IMAGE=1 to keep the image.
+# debootstrap when missing), HOST_PORT (18000), READY_TIMEOUT_S (180), KEEP_IMAGE=1 to keep the image (and the
+# base image when this run made it; otherwise both are removed at the end, with the container).
 # Needs podman, runc and debootstrap (apt-get install podman buildah runc debootstrap); run as root.
 # No Docker engine or registry is needed: crun fails on this host's cgroups, so runc is named explicitly,
 # and runc needs explicit ulimits.
@@ -37,9 +39,13 @@ summary() {
     if [ "$FAILED" = 0 ] && [ "${#RESULTS[@]}" -gt 0 ]; then echo "  RESULT: PASS"; else echo "  RESULT: FAIL"; fi
     echo "================================================================="
 }
+MADE_BASE=0
 cleanup() {
     "${PODMAN[@]}" rm -f "$CONTAINER" >/dev/null 2>&1 || true
-    if [ "${KEEP_IMAGE:-0}" != 1 ]; then podman rmi -f "$IMAGE" >/dev/null 2>&1 || true; fi
+    if [ "${KEEP_IMAGE:-0}" != 1 ]; then
+        podman rmi -f "$IMAGE" >/dev/null 2>&1 || true
+        if [ "$MADE_BASE" = 1 ]; then podman rmi -f "$BASE_IMAGE" >/dev/null 2>&1 || true; fi
+    fi
 }
 trap 'cleanup; summary' EXIT
 
@@ -64,6 +70,7 @@ if ! podman image exists "$BASE_IMAGE"; then
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'CMD ["/bin/bash"]' - "$BASE_IMAGE" >/dev/null
     rm -rf "$ROOTFS"
+    MADE_BASE=1
     log "base: $BASE_IMAGE made in $((SECONDS - start)) s"
 fi
 record PASS "base image $BASE_IMAGE ($(podman image inspect --format '{{.Size}}' "$BASE_IMAGE" | awk '{printf "%.0f MB", $1/1e6}'))"
