@@ -58,11 +58,10 @@ if ! podman image exists "$BASE_IMAGE"; then
     command -v debootstrap >/dev/null || { record FAIL "base: debootstrap not installed"; exit 1; }
     # The mirror the host's apt uses: the registry-free way to a Debian rootfs.
     MIRROR=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-    MIRROR=${MIRROR:-http://deb.debian.org/debian}
     ROOTFS=$(mktemp -d /tmp/bertserve-rootfs.XXXXXX)
-    log "base: debootstrap --variant=minbase bookworm from $MIRROR"
+    log "base: debootstrap --variant=minbase bookworm from the host apt mirror (debootstrap default when none)"
     start=$SECONDS
-    debootstrap --variant=minbase bookworm "$ROOTFS" "$MIRROR" >/tmp/bertserve-debootstrap.log 2>&1 \
+    debootstrap --variant=minbase bookworm "$ROOTFS" ${MIRROR:+"$MIRROR"} >/tmp/bertserve-debootstrap.log 2>&1 \
         || { record FAIL "base: debootstrap failed (see /tmp/bertserve-debootstrap.log)"; exit 1; }
     # The downloaded .debs and package lists are 80 MB the image does not need.
     rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/cache/apt/*.bin "$ROOTFS"/var/lib/apt/lists/*
