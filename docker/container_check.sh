@@ -45,6 +45,7 @@ cleanup() {
     if [ "${KEEP_IMAGE:-0}" != 1 ]; then
         podman rmi -f "$IMAGE" >/dev/null 2>&1 || true
         if [ "$MADE_BASE" = 1 ]; then podman rmi -f "$BASE_IMAGE" >/dev/null 2>&1 || true; fi
+        podman image prune -f >/dev/null 2>&1 || true  # the build stage's untagged image
     fi
 }
 trap 'cleanup; summary' EXIT
