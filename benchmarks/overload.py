@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import random
 import shlex
 import sys
@@ -264,6 +265,12 @@ def markdown(summary: dict[str, Any]) -> str:
         f"{settings['rate_rps']:.1f} req/s ({settings['overload']}x) for {settings['duration_s']:.0f} s over at most "
         f"{settings['max_connections']} connections; server args `{settings['server_args'] or '(defaults)'}`.",
         "",
+        *(
+            [f"Load average (1, 5, 15 min) at start {summary['load_avg']['start']}, "
+             f"at end {summary['load_avg']['end']}.", ""]
+            if "load_avg" in summary
+            else []
+        ),
         "| status | count |",
         "| --- | ---: |",
         *(f"| {status} | {count} |" for status, count in summary["statuses"].items()),
@@ -342,11 +349,13 @@ def main(argv: list[str] | None = None) -> int:
     args.name, _, model_path = args.model.partition("=")
     if args.duration > 3600 or args.max_connections > 5000:
         parser.error("bounded on purpose: --duration <= 3600 s and --max-connections <= 5000")
+    load_at_start = os.getloadavg()
     port = servers.free_port()
     command = servers.bertserve_command({args.name: Path(model_path)}, port)
     command += ["--host", "127.0.0.1", "--log-level", "warning", *shlex.split(args.server_args)]
     with servers.running("bertserve-overload", command, port, "/health/ready", LOG_DIR) as server:
         summary = asyncio.run(measure(args, server, port))
+    summary["load_avg"] = {"start": list(load_at_start), "end": list(os.getloadavg())}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(summary))
