@@ -73,10 +73,17 @@ class Connection:
         self.host, self.port = host, port
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.last_answer = 0.0
 
     @property
     def open(self) -> bool:
         return self.writer is not None and not self.writer.is_closing()
+
+    @property
+    def closed_by_server(self) -> bool:
+        """The server ended this idle connection (its keep-alive timeout): as httpcore's and urllib3's pools
+        do, a client checks this before reuse and reconnects instead of sending on a closed socket."""
+        return self.open and self.reader is not None and self.reader.at_eof()
 
     async def post(self, path: str, body: bytes, timeout_s: float) -> int:
         return await asyncio.wait_for(self._request("POST", path, body), timeout_s)
@@ -107,6 +114,7 @@ class Connection:
             elif name.lower() == "connection" and value.strip().lower() == "close":
                 close = True
         await self.reader.readexactly(length)
+        self.last_answer = time.perf_counter()
         if close:
             self.close()
         return status
@@ -123,6 +131,9 @@ class Tally:
     admitted_latencies: list[float] = field(default_factory=list)
     # the first request on a new connection also waits for the server to accept it
     admitted_on_new_connections: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    reopened_after_server_close: int = 0
+    error_idle_s: list[float] = field(default_factory=list)  # how long a reused connection had been idle
 
     def record(self, status: str, latency: float, new_connection: bool = False) -> None:
         self.statuses[status] += 1
@@ -134,14 +145,20 @@ class Tally:
 
 async def send_one(connection: Connection, path: str, body: bytes, timeout_s: float, tally: Tally) -> None:
     started = time.perf_counter()
+    if connection.closed_by_server:
+        tally.reopened_after_server_close += 1
+        connection.close()
     new_connection = not connection.open
     try:
         status = str(await connection.post(path, body, timeout_s))
     except TimeoutError:
         status = "client_timeout"
         connection.close()
-    except (ConnectionError, OSError, ValueError, asyncio.IncompleteReadError):
+    except (ConnectionError, OSError, ValueError, asyncio.IncompleteReadError) as error:
         status = "connection_error"
+        tally.errors[f"{type(error).__name__}: {error}"[:80]] += 1
+        if not new_connection:
+            tally.error_idle_s.append(started - connection.last_answer)
         connection.close()
     tally.record(status, time.perf_counter() - started, new_connection)
 
@@ -242,6 +259,15 @@ def summarise(args: argparse.Namespace, capacity: float, tally: Tally, rss: dict
             "count": len(tally.admitted_on_new_connections),
             "p99_s": percentile(tally.admitted_on_new_connections, 0.99),
         },
+        "reopened_after_server_close": tally.reopened_after_server_close,
+        "connection_errors": {
+            "kinds": dict(tally.errors.most_common()),
+            "idle_s_before_reuse": {
+                "count": len(tally.error_idle_s),
+                "min": min(tally.error_idle_s, default=None),
+                "p50": percentile(tally.error_idle_s, 0.5),
+            },
+        },
         "rss_bytes": rss,
         "rss_growth": growth,
         "targets": {
@@ -278,6 +304,10 @@ def markdown(summary: dict[str, Any]) -> str:
         f"Admitted (200) latency: p50 {secs(summary['admitted_p50_s'])} s, p99 {secs(summary['admitted_p99_s'])} s; "
         f"{summary['admitted_on_new_connections']['count']} of them were the first request on a new connection "
         f"(p99 {secs(summary['admitted_on_new_connections']['p99_s'])} s, which includes waiting to be accepted).",
+        "",
+        f"Connections the server had closed while idle (uvicorn's keep-alive timeout) and the client reopened "
+        f"before reuse, as a pooled client does: {summary.get('reopened_after_server_close', 0)}. "
+        f"Connection errors by kind: {summary.get('connection_errors', {}).get('kinds') or 'none'}.",
         "",
         f"Server RSS: before the load {rss['before_load'] / 2**20:.1f} MiB; at 10 % of the run (start) "
         f"{rss['start'] / 2**20:.1f} MiB, middle {rss['middle'] / 2**20:.1f} MiB, "
