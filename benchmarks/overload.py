@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     command += ["--host", "127.0.0.1", "--log-level", "warning", *shlex.split(args.server_args)]
     with servers.running("bertserve-overload", command, port, "/health/ready", LOG_DIR) as server:
         summary = asyncio.run(measure(args, server, port))
-    summary["load_avg"] = {"start": list(load_at_start), "end": list(os.getloadavg())}
+    summary["load_avg"] = {"start": [round(v, 2) for v in load_at_start], "end": [round(v, 2) for v in os.getloadavg()]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(markdown(summary))

@@ -91,7 +91,7 @@ def stop(server: Server) -> None:
 @contextmanager
 def running(
     name: str, command: list[str], port: int, ready_path: str, log_dir: Path, env: dict[str, str] | None = None,
-    ready_timeout_s: float = 300.0,
+    ready_timeout_s: float = 300.0, cwd: Path = REPO_ROOT,
 ) -> Iterator[Server]:
     """Run ``command`` in its own process group; yield once ``ready_path`` answers; stop it afterwards."""
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +99,7 @@ def running(
     full_env = {**os.environ, **OFFLINE_ENV, **(env or {})}
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=full_env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+            command, cwd=cwd, env=full_env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
         )
         server = Server(name, f"http://127.0.0.1:{port}", process, log_path)
         try:

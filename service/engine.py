@@ -171,7 +171,8 @@ class Engine:
             handler = HANDLERS[bundle.spec.task]
         context = load_context(bundle)
         try:
-            runner = OrtRunner(bundle.model_path, task_spec(bundle.spec.task).outputs, settings.intra_op_threads)
+            outputs = task_spec(bundle.spec.task).outputs
+            runner = OrtRunner(bundle.model_path, outputs, settings.intra_op_threads, settings.intra_op_spinning)
         except Exception as exc:
             raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
         name = name or bundle.path.name

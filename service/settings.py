@@ -39,6 +39,11 @@ class Settings(BaseSettings):
         ge=1,
         description="ONNX Runtime threads per model call; the default is min(2, CPU count).",
     )
+    intra_op_spinning: bool = Field(
+        default=False,
+        description="Let idle ONNX Runtime threads busy-wait between operators (faster calls; the spinning takes "
+        "CPU from the event loop on a small machine).",
+    )
     max_batch_tokens: int = Field(default=8192, ge=1, description="Padded tokens per batch (batch size x longest row).")
     max_batch_size: int = Field(default=32, ge=1, description="Rows per batch at most.")
     tune: bool | None = Field(

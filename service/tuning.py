@@ -265,7 +265,7 @@ def tune_runner(
     """Tune one loaded model (before its worker starts); returns the runner to serve with and the choice."""
     candidates = candidate_sets(settings, context.max_length, max_tokens_cap)
     tuner = Tuner(
-        lambda threads: OrtRunner(model_path, outputs, threads),
+        lambda threads: OrtRunner(model_path, outputs, threads, settings.intra_op_spinning),
         context.cls_token_id,
         context.sep_token_id,
         context.tokenizer.get_vocab_size(),

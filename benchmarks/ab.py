@@ -1,0 +1,162 @@
+"""Interleaved A/B of two source trees of the service on one bundle: is a change faster, or noise?
+
+Each round starts the server from every tree in turn (order alternating A B, B A, ...), warms it,
+loads it with wrk at each concurrency and records sequences/s, p50 and the server's CPU ms per
+request. The verdict compares medians over rounds and states the spread: a change is kept only
+when its median wins by more than the rounds' own spread.
+
+    git worktree add /tmp/ab-base HEAD
+    python -m benchmarks.ab --model sst2=runs/accuracy/bundles/sst2-fp32 --tree base=/tmp/ab-base --tree new=. \\
+        --concurrency 32 --rounds 4 --duration 10 --out benchmarks/results/ab-orjson
+
+Both trees run with this interpreter (the same installed packages); ``python -m service`` started in
+a tree imports that tree's ``service`` and ``model_export``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import loadgen, servers
+from benchmarks.datasets import REPO_ROOT
+from benchmarks.loads import bertserve_loads, bertserve_path
+
+log = logging.getLogger("benchmarks.ab")
+LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "ab-logs"
+
+
+def measure_tree(args: argparse.Namespace, label: str, tree: Path, bodies: Path, path: str) -> list[dict[str, Any]]:
+    port = servers.free_port()
+    command = [sys.executable, "-m", "service", "--port", str(port), "--host", "127.0.0.1", "--log-level", "warning",
+               "--model", f"{args.name}={args.model_path}", *shlex.split(args.server_args),
+               *shlex.split(args.tree_args.get(label, ""))]  # fmt: skip
+    points = []
+    with servers.running(f"ab-{label}", command, port, "/health/ready", LOG_DIR, cwd=tree) as server:
+        url = server.base_url + path
+        for concurrency in args.concurrency:
+            loadgen.run_wrk(url, bodies, concurrency, args.warmup)
+            cpu_before, wall_before = server.cpu_seconds(), time.monotonic()
+            result = loadgen.run_wrk(url, bodies, concurrency, args.duration)
+            cpu, wall = server.cpu_seconds() - cpu_before, time.monotonic() - wall_before
+            requests = max(1, result.requests)
+            points.append({
+                "tree": label, "concurrency": concurrency, "sequences_per_s": round(result.sequences_per_s, 2),
+                "p50_ms": round(result.p50_ms, 2), "errors": result.errors,
+                "cpu_ms_per_request": round(1000 * cpu / requests, 3), "cpu_cores": round(cpu / wall, 2),
+            })  # fmt: skip
+            log.info("%s c=%d: %.1f seq/s, p50 %.1f ms, %.2f CPU ms/request", label, concurrency,
+                     result.sequences_per_s, result.p50_ms, 1000 * cpu / requests)  # fmt: skip
+    return points
+
+
+def revision(tree: Path) -> str:
+    """The tree's commit, and whether it has uncommitted changes (never its path: results are committed)."""
+    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True)  # fmt: skip
+    return head.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
+
+
+def verdict(points: list[dict[str, Any]], labels: list[str], concurrency: list[int]) -> list[dict[str, Any]]:
+    """Per concurrency: each tree's median and range over rounds; the last tree against the first."""
+    rows = []
+    for level in concurrency:
+        stats = {}
+        for label in labels:
+            values = [p["sequences_per_s"] for p in points if p["tree"] == label and p["concurrency"] == level]
+            cpu = [p["cpu_ms_per_request"] for p in points if p["tree"] == label and p["concurrency"] == level]
+            stats[label] = {"median": statistics.median(values), "min": min(values), "max": max(values),
+                            "cpu_ms_median": statistics.median(cpu)}  # fmt: skip
+        base, new = stats[labels[0]], stats[labels[-1]]
+        rows.append({
+            "concurrency": level, "trees": stats, "ratio": round(new["median"] / base["median"], 3),
+            "wins_beyond_spread": new["min"] > base["max"], "loses_beyond_spread": new["max"] < base["min"],
+        })  # fmt: skip
+    return rows
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    labels = summary["labels"]
+    lines = [
+        f"# A/B: {' vs '.join(labels)}",
+        "",
+        f"Model `{summary['model']}`, {summary['rounds']} interleaved rounds, {summary['duration_s']:.0f} s per point "
+        f"after {summary['warmup_s']:.0f} s warm-up; server args `{summary['server_args'] or '(defaults)'}`. "
+        f"Load average at start {summary['load_avg']['start']}, at end {summary['load_avg']['end']}.",
+        "",
+        *(f"- {label}: {rev}" for label, rev in summary["trees"].items()),
+        "",
+        "| concurrency | "
+        + " | ".join(f"{label} seq/s median [min-max] (CPU ms/req)" for label in labels)
+        + f" | {labels[-1]}/{labels[0]} | beyond spread |",
+        "| ---: | " + " | ".join("---" for _ in labels) + " | ---: | --- |",
+    ]
+    for row in summary["verdict"]:
+        cells = [
+            f"{s['median']:.1f} [{s['min']:.1f}-{s['max']:.1f}] ({s['cpu_ms_median']:.2f})"
+            for s in (row["trees"][label] for label in labels)
+        ]
+        beyond = "win" if row["wins_beyond_spread"] else "loss" if row["loses_beyond_spread"] else "no"
+        lines.append(f"| {row['concurrency']} | " + " | ".join(cells) + f" | {row['ratio']:.3f} | {beyond} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ab", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="NAME=PATH of a text-classification bundle (SST-2 load)")
+    parser.add_argument("--tree", action="append", required=True, help="LABEL=PATH of a source tree (two or more)")
+    parser.add_argument("--concurrency", type=lambda t: [int(c) for c in t.split(",")], default=[32])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--task", default="sst2", help="the load, as benchmarks.run names it")
+    parser.add_argument("--server-args", default="", help="extra flags for python -m service (every tree)")
+    parser.add_argument("--args", action="append", default=[], help="LABEL=FLAGS: extra flags for one tree only")
+    parser.add_argument("--out", type=Path, required=True, help="output prefix (.json and .md are added)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args.name, _, model_path = args.model.partition("=")
+    args.model_path = Path(model_path).resolve()
+    args.tree_args = dict(item.partition("=")[::2] for item in args.args)
+    trees = [(label, Path(path).resolve()) for label, _, path in (tree.partition("=") for tree in args.tree)]
+    if len(trees) < 2:
+        parser.error("give two trees or more: --tree base=PATH --tree new=PATH")
+    load = bertserve_loads(args.task, args.name)[0]
+    bodies = loadgen.write_bodies(load.bodies, LOG_DIR / f"bodies-{args.task}.jsonl")
+    load_at_start = os.getloadavg()
+    points: list[dict[str, Any]] = []
+    for round_index in range(args.rounds):
+        order = trees if round_index % 2 == 0 else trees[::-1]
+        for label, tree in order:
+            for point in measure_tree(args, label, tree, bodies, bertserve_path(args.task)):
+                points.append({"round": round_index, **point})
+    labels = [label for label, _ in trees]
+    described = {
+        label: revision(tree) + (f" with `{args.tree_args[label]}`" if label in args.tree_args else "")
+        for label, tree in trees
+    }
+    summary = {
+        "model": args.model, "labels": labels, "trees": described,
+        "rounds": args.rounds, "duration_s": args.duration, "warmup_s": args.warmup, "server_args": args.server_args,
+        "points": points, "verdict": verdict(points, labels, args.concurrency),
+        "load_avg": {"start": [round(v, 2) for v in load_at_start], "end": [round(v, 2) for v in os.getloadavg()]},
+    }  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(summary))
+    sys.stdout.write(markdown(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
