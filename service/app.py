@@ -21,6 +21,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api import ROUTERS
+from service.api.fast_path import TaskFastPath
+from service.api.tasks import FAST_PATH_MODELS
 from service.engine import Engine
 from service.errors import ServiceError, error_body, http_error_type
 from service.metrics import ServiceMetrics
@@ -134,6 +136,16 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected_error)
     known_paths = frozenset(getattr(route, "path", "") for route in app.routes)
+    if settings.fast_path:
+        posted = {
+            getattr(route, "path", ""): route
+            for router in ROUTERS
+            for route in router.routes
+            if "POST" in getattr(route, "methods", ())
+        }
+        app.add_middleware(
+            TaskFastPath, routes={path: (posted[path], model) for path, model in FAST_PATH_MODELS.items()}
+        )
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent_requests=settings.max_concurrent_requests)
     if settings.api_keys:

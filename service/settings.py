@@ -39,6 +39,11 @@ class Settings(BaseSettings):
         ge=1,
         description="ONNX Runtime threads per model call; the default is min(2, CPU count).",
     )
+    fast_path: bool = Field(
+        default=True,
+        description="Answer valid JSON posts to the v1 task routes in one ASGI layer, past FastAPI's routing "
+        "(same answers and errors; --no-fast-path: through the FastAPI routes).",
+    )
     intra_op_spinning: bool = Field(
         default=False,
         description="Let idle ONNX Runtime threads busy-wait between operators (faster calls; the spinning takes "

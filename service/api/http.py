@@ -53,10 +53,14 @@ def _to_builtin(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def encode_json(payload: Any) -> bytes:
+    """Compact UTF-8 JSON, as Starlette's JSONResponse writes it; numpy scalars and arrays as numbers and lists."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=_to_builtin).encode()
+
+
 def json_response(payload: Any) -> Response:
     """Serialise once (the response model documents the shape; validating it again costs time)."""
-    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=_to_builtin)
-    return Response(content=body.encode(), media_type="application/json")
+    return Response(content=encode_json(payload), media_type="application/json")
 
 
 async def client_gone(request: Request) -> None:

@@ -87,3 +87,13 @@ async def zero_shot_classification(
 ) -> Response:
     """Score texts against labels chosen per request with an NLI model (transformers' zero-shot pipeline)."""
     return await run_task(request, body, registry, settings)
+
+
+# The routes service.api.fast_path answers directly (path -> request model), each the same as its route above.
+FAST_PATH_MODELS: dict[str, type[TaskRequest]] = {
+    "/v1/text-classification": TextClassificationRequest,
+    "/v1/question-answering": QuestionAnsweringRequest,
+    "/v1/token-classification": TokenClassificationRequest,
+    "/v1/fill-mask": FillMaskRequest,
+    "/v1/zero-shot-classification": ZeroShotClassificationRequest,
+}
