@@ -176,6 +176,10 @@ def recipe_facts(name: str) -> dict[str, object]:
 
 
 def bundle_dir(name: str, quantization: str, scale: float = 1.0) -> Path:
+    """Where ``ensure_bundle`` puts (or finds) the bundle: the full-data one of benchmarks.accuracy when present."""
+    full = RUNS_DIR / "accuracy" / "bundles" / f"{name}-{quantization}"
+    if scale >= 1.0 and (full / "bundle.json").is_file():
+        return full
     return BUNDLES_DIR / f"{variant(name, scale)}-{quantization}"
 
 
@@ -184,11 +188,10 @@ def ensure_bundle(name: str, quantization: str, scale: float = 1.0) -> Path:
 
     The full-data bundles of ``benchmarks.accuracy`` (runs/accuracy/bundles), when present, are served instead:
     the models whose accuracy the project reports are the ones it times."""
-    full = RUNS_DIR / "accuracy" / "bundles" / f"{name}-{quantization}"
-    if scale >= 1.0 and (full / "bundle.json").is_file():
-        return full
-    checkpoint = ensure_checkpoint(name, scale)
     out = bundle_dir(name, quantization, scale)
+    if out.parent != BUNDLES_DIR:
+        return out
+    checkpoint = ensure_checkpoint(name, scale)
     weights = max(path.stat().st_mtime for path in checkpoint.glob("*.safetensors"))
     spec_path = out / "bundle.json"
     if spec_path.is_file() and spec_path.stat().st_mtime >= weights:
