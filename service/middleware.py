@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hmac
-import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.http import encode_json
 from service.errors import Overloaded, PayloadTooLarge, ServiceError, Unauthorized
 from service.metrics import ServiceMetrics
 
@@ -19,13 +20,32 @@ PLAYGROUND_PATHS = frozenset({"/", "/playground"})
 PLAYGROUND_PREFIX = "/playground/"
 
 
+async def send_json(send: Send, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
+    """A whole JSON response, encoded as the routes encode theirs."""
+    content = encode_json(payload)
+    raw_headers = [(b"content-length", str(len(content)).encode()), (b"content-type", b"application/json")]
+    raw_headers += [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": content})
+
+
 async def send_error(send: Send, error: ServiceError, path: str = "") -> None:
     """Answer with ``error`` (its status, body for ``path``, headers) before the app is reached."""
-    content = json.dumps(error.body(path)).encode()
-    raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
-    raw_headers += [(name.lower().encode(), value.encode()) for name, value in error.headers().items()]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": raw_headers})
-    await send({"type": "http.response.body", "body": content})
+    await send_json(send, error.status_code, error.body(path), error.headers())
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` that first gives ``body`` again (read already), then defers to the server (disconnects)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 class MetricsMiddleware:
@@ -125,16 +145,7 @@ class BodyLimitMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(b"".join(chunks), receive), send)
 
     async def _reject(self, send: Send, path: str) -> None:
         await send_error(send, PayloadTooLarge(f"request body is larger than {self.max_body_bytes} bytes"), path)

@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.http import encode_json
 from service.errors import ServiceError
 from service.inference import InferenceRequest, run_inference
+from service.middleware import replaying, send_json
 from service.request_errors import is_json_media_type
 from service.schemas.common import TaskRequest
 
@@ -93,25 +93,3 @@ async def read_body(receive: Receive) -> bytes | None:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def replaying(body: bytes, receive: Receive) -> Receive:
-    """``receive`` that first gives ``body`` again, then defers to the server (disconnects)."""
-    replayed = False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
-
-
-async def send_json(send: Send, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
-    content = encode_json(payload)
-    raw_headers = [(b"content-length", str(len(content)).encode()), (b"content-type", JSON_MEDIA_TYPE)]
-    raw_headers += [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-    await send({"type": "http.response.body", "body": content})
