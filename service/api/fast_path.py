@@ -6,7 +6,8 @@ route, with about a third of the per-request Python work of the FastAPI route (r
 layers, building a ``Request``, solving dependencies). Anything else (another path or method, another media
 type, JSON that does not parse or validate) goes on to the app with its body replayed, so every error a
 client can cause is still answered by the route and the app's handlers, in their words. Errors raised while
-inferring are answered as the app's handlers answer them (``ServiceError.body`` and ``headers``).
+inferring are answered as the app's handlers answer them (``ServiceError.body`` and ``headers``); an unexpected
+one reaches the app's handler for those, as from a route.
 
 It sits inside the request metrics, API key, in-flight cap and body size middlewares, so they all apply.
 """
@@ -14,20 +15,19 @@ It sits inside the request metrics, API key, in-flight cap and body size middlew
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.api.tasks import as_inference, task_answer
 from service.errors import ServiceError
-from service.inference import InferenceRequest, run_inference
+from service.inference import run_inference
 from service.middleware import replaying, send_json
 from service.request_errors import is_json_media_type
 from service.schemas.common import TaskRequest
 
-logger = logging.getLogger(__name__)
 JSON_MEDIA_TYPE = b"application/json"
 
 
@@ -64,24 +64,19 @@ class TaskFastPath:
 
     async def answer(self, scope: Scope, receive: Receive, send: Send, body: TaskRequest) -> None:
         state = scope["app"].state
-        inputs, params = body.to_task()
-        inference = InferenceRequest(task=body.task, inputs=inputs, params=params, model=body.model)
 
         async def client_gone() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
 
+        # a ServiceError is answered here (the app's handler for it sits inside, by the routes); anything else
+        # goes up to the app's outermost handler for unexpected errors, as it would from a route
         try:
-            result = await run_inference(inference, state.registry, state.settings, client_gone)
+            result = await run_inference(as_inference(body), state.registry, state.settings, client_gone)
         except ServiceError as error:
             await send_json(send, error.status_code, error.body(scope["path"]), error.headers())
             return
-        except Exception as exc:  # the app's handler for unexpected errors would answer the same
-            logger.error("unhandled error on POST %s", scope["path"], exc_info=exc)
-            internal = ServiceError(f"internal error: {type(exc).__name__}")
-            await send_json(send, internal.status_code, internal.body(scope["path"]))
-            return
-        await send_json(send, 200, {"model": result.model, "results": result.results})
+        await send_json(send, 200, task_answer(result))
 
 
 async def read_body(receive: Receive) -> bytes | None:

@@ -6,12 +6,13 @@ Each validates its body and hands it to ``service.inference``, the shared path.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
 from service.api.deps import RegistryDep, SettingsDep
 from service.api.http import TASK_ERROR_RESPONSES, client_gone, json_response
-from service.inference import InferenceRequest, run_inference
+from service.inference import InferenceRequest, InferenceResult, run_inference
 from service.registry import ModelRegistry
 from service.schemas import (
     FillMaskRequest,
@@ -37,10 +38,17 @@ zero_shot_classification_router = APIRouter(tags=["zero-shot-classification"])
 
 async def run_task(request: Request, body: TaskRequest, registry: ModelRegistry, settings: Settings) -> Response:
     """A v1 body -> ``run_inference`` (cancelled if the client goes away) -> ``{"model", "results"}``."""
+    result = await run_inference(as_inference(body), registry, settings, functools.partial(client_gone, request))
+    return json_response(task_answer(result))
+
+
+def as_inference(body: TaskRequest) -> InferenceRequest:
     inputs, params = body.to_task()
-    inference = InferenceRequest(task=body.task, inputs=inputs, params=params, model=body.model)
-    result = await run_inference(inference, registry, settings, functools.partial(client_gone, request))
-    return json_response({"model": result.model, "results": result.results})
+    return InferenceRequest(task=body.task, inputs=inputs, params=params, model=body.model)
+
+
+def task_answer(result: InferenceResult) -> dict[str, Any]:
+    return {"model": result.model, "results": result.results}
 
 
 @text_classification_router.post(
