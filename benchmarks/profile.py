@@ -6,6 +6,7 @@ import collections
 import logging
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ TOP_FRAMES = 20
 
 def start_py_spy(pid: int, duration_s: float, out: Path) -> subprocess.Popen[bytes] | None:
     """Record raw (collapsed) stacks of every thread of ``pid``, idle threads left out."""
-    py_spy = shutil.which("py-spy")
+    # the venv's own py-spy when the venv is not activated (``.venv/bin/python -m benchmarks.run``)
+    py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if py_spy is None:
         log.warning("py-spy is not installed (pip install py-spy): no profile")
         return None

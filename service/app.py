@@ -135,7 +135,9 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected_error)
-    known_paths = frozenset(getattr(route, "path", "") for route in app.routes)
+    # FastAPI nests an included router's routes, so the app's own list does not show their paths: ask the routers
+    routes = [*app.routes, *(route for router in ROUTERS for route in router.routes)]
+    known_paths = frozenset(path for route in routes if (path := getattr(route, "path", "")))
     if settings.fast_path:
         posted = {
             getattr(route, "path", ""): route

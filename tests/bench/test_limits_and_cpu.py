@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import report
+from benchmarks import report, targets
 from benchmarks.servers import session_cpu_seconds
 
 
@@ -32,7 +32,7 @@ def test_ratios_to_both_bounds_and_the_target_counts_the_higher_one() -> None:
     (limit,) = report.compare_limits(results)
     assert limit["higher"] == "global-sorted"
     assert limit["chunk-sorted"] == 300.0
-    (verdict,) = [v for v in report.check_targets(results) if "raw ORT (fp32" in v["target"]]
+    (verdict,) = [v for v in targets.check_targets(results) if "raw ORT (fp32" in v["target"]]
     assert verdict["worst"] == 0.75
     assert not verdict["met"]
 
@@ -42,7 +42,7 @@ def test_results_of_one_bound_only_still_render() -> None:
     results["ratios"] = report.compute_ratios(results)
     (limit,) = report.compare_limits(results)
     assert limit["higher"] is None
-    (verdict,) = [v for v in report.check_targets(results) if "raw ORT (fp32" in v["target"]]
+    (verdict,) = [v for v in targets.check_targets(results) if "raw ORT (fp32" in v["target"]]
     assert verdict["worst"] == 0.93
 
 
@@ -59,3 +59,27 @@ def test_session_cpu_counts_the_leader_and_its_reaped_children() -> None:
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.mark.parametrize(("p50_ms", "met"), [(4.9, True), (5.2, False)])
+def test_c1_latency_target_is_raw_batch1_time_plus_1ms(p50_ms: float, met: bool) -> None:
+    raw = {**raw_row(None, 300.0), "sweep": {"1": 200.0, "1-nospin": 250.0, "8": 300.0}}  # batch 1: 4 ms at best
+    row = {"task": "sst2", "system": "bertserve-fp32", "concurrency": 1, "sequences_per_s": 190.0, "p50_ms": p50_ms}
+    results = {"raw": [raw], "throughput": [row], "settings": {"concurrency": [1]}}
+    results["ratios"] = report.compute_ratios(results)
+    (verdict,) = [v for v in targets.check_targets(results) if "c=1 p50" in v["target"]]
+    assert verdict["goal"] == 5.0
+    assert verdict["met"] is met
+
+
+def test_peer_targets_count_every_concurrency_from_8() -> None:
+    rows = [
+        {"task": "sst2", "system": system, "concurrency": c, "sequences_per_s": speed}
+        for system, c, speed in [("bertserve-fp32", 8, 200.0), ("naive", 8, 50.0),
+                                 ("bertserve-fp32", 32, 300.0), ("naive", 32, 40.0)]
+    ]  # fmt: skip
+    results = {"raw": [], "throughput": rows, "settings": {"concurrency": [8, 32]}}
+    results["ratios"] = report.compute_ratios(results)
+    (verdict,) = [v for v in targets.check_targets(results) if "naive" in v["target"]]
+    assert verdict["worst"] == 4.0  # c=8 (200 / 50) counts, not only c=32 (7.5)
+    assert not verdict["met"]

@@ -182,6 +182,8 @@ def test_payload_limits_are_413(client: TestClient) -> None:
     assert_error(chunked, 413, "payload_too_large")
     too_many = client.post("/v1/fill-mask", json={"inputs": ["[MASK]"] * 5})
     assert_error(too_many, 413, "payload_too_large", "5 inputs", "4")
+    # answered by the body limit before routing, yet labelled by the route's path, not "unmatched"
+    assert 'bertserve_requests_total{route="/v1/text-classification",status="413"}' in client.get("/metrics").text
 
 
 def test_health_routes(client: TestClient) -> None:
