@@ -98,8 +98,10 @@ def create_app(
         else:
             loaded = dict(engines)
         for name, engine in loaded.items():
-            if engine.worker.observer is None:
-                engine.worker.observer = metrics.observer(name, engine.task)
+            observer = metrics.observer(name, engine.task)
+            for worker in engine.workers:
+                if worker.observer is None:
+                    worker.observer = observer
             metrics.watch_queue(name, engine.task, functools.partial(getattr, engine.batcher, "queue_depth"))
             metrics.record_batching(name, engine.task, engine.batching)
         registry = ModelRegistry(loaded, skipped)

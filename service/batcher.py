@@ -165,7 +165,7 @@ class Batcher:
         self._queue: list[WorkItem] = []
         self._cond = threading.Condition(threading.Lock())
         self._closed = False
-        self._worker_waiting = False
+        self._workers_waiting = 0  # a model may have several workers (sessions) on one queue
         self._rows_per_s = 0.0
         self.dropped_rows = 0
 
@@ -201,7 +201,7 @@ class Batcher:
                         retry_after_s=self._retry_after_locked(len(items)),
                     )
             self._queue.extend(items)
-            if self._worker_waiting:  # waking a busy worker costs a GIL hand-off per request
+            if self._workers_waiting:  # waking a busy worker costs a GIL hand-off per request
                 self._cond.notify()
         if timeout_s is not None:
             request.timer = loop.call_later(timeout_s, _expire, request, timeout_s)
@@ -279,11 +279,11 @@ class Batcher:
             loop.call_soon_threadsafe(callback, *args)
 
     def _wait_locked(self, timeout: float | None) -> None:
-        self._worker_waiting = True
+        self._workers_waiting += 1
         try:
             self._cond.wait(timeout)
         finally:
-            self._worker_waiting = False
+            self._workers_waiting -= 1
 
     def _can_fill_locked(self) -> bool:
         if len(self._queue) >= self.policy.max_batch_size:

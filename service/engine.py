@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +131,9 @@ class Engine:
         executor: ThreadPoolExecutor | None = None,
         observer: BatchObserver | None = None,
         batching: BatchingChoice | None = None,
+        more_runners: Sequence[ModelRunner] = (),
     ) -> None:
+        """``runner`` and each of ``more_runners`` get a worker thread; all take batches from one queue."""
         self.name = name
         self.bundle = bundle
         self.handler = handler
@@ -143,7 +146,11 @@ class Engine:
             # One embeddings request may bring max_embedding_inputs texts, one row each: the queue holds one such.
             policy = dataclasses.replace(policy, max_queue=max(policy.max_queue, settings.max_embedding_inputs))
         self.batcher = Batcher(policy, name)
-        self.worker = Worker(name, self.batcher, runner, context.pad_token_id, token_level, observer)
+        self.workers = [
+            Worker(name, self.batcher, each, context.pad_token_id, token_level, observer, number)
+            for number, each in enumerate([runner, *more_runners])
+        ]
+        self.worker = self.workers[0]
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix=f"prepare-{name}")
         self._started = False
@@ -183,7 +190,16 @@ class Engine:
             cap = MAX_TOKEN_OUTPUT_BYTES // (4 * width) if width else None
             outputs = task_spec(bundle.spec.task).outputs
             served, batching = tune_runner(name, bundle.model_path, outputs, context, runner, settings, cap)
-        return cls(name, bundle, handler, context, served, settings, executor, observer, batching)
+        threads = batching.intra_op_threads if batching is not None else settings.intra_op_threads
+        try:
+            outputs = task_spec(bundle.spec.task).outputs
+            more = [
+                OrtRunner(bundle.model_path, outputs, threads, settings.intra_op_spinning)
+                for _ in range(settings.model_workers - 1)
+            ]
+        except Exception as exc:
+            raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
+        return cls(name, bundle, handler, context, served, settings, executor, observer, batching, more)
 
     @property
     def task(self) -> str:
@@ -191,7 +207,7 @@ class Engine:
 
     @property
     def ready(self) -> bool:
-        return self._warmed_up and not self._stopping and self.worker.alive
+        return self._warmed_up and not self._stopping and all(worker.alive for worker in self.workers)
 
     @property
     def info(self) -> ModelInfo:
@@ -203,7 +219,7 @@ class Engine:
             max_length=spec.max_length,
             quantization=spec.quantization,
             precision=spec.precision,
-            batching=self.batching.to_json(),
+            batching={**self.batching.to_json(), "workers": len(self.workers)},
             quantization_eval=dict(spec.quantization_eval),
         )
 
@@ -211,7 +227,8 @@ class Engine:
         """Start the worker and run one warm-up batch through the whole path."""
         if not self._started:
             self._started = True
-            self.worker.start()
+            for worker in self.workers:
+                worker.start()
         if not self._warmed_up:
             started = time.perf_counter()
             ctx = self.context
@@ -265,7 +282,8 @@ class Engine:
         self._stopping = True
         self.batcher.close(drain=drain)
         if self._started:
-            await asyncio.to_thread(self.worker.join, timeout_s)
+            for worker in self.workers:
+                await asyncio.to_thread(worker.join, timeout_s)
         if self._own_executor:
             self._executor.shutdown(wait=False)
 

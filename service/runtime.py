@@ -84,6 +84,7 @@ class Worker:
         pad_token_id: int,
         token_level: frozenset[str],
         observer: BatchObserver | None = None,
+        number: int = 0,  # among the model's workers
     ) -> None:
         self.name = name
         self.batcher = batcher
@@ -94,7 +95,7 @@ class Worker:
         self.died: BaseException | None = None
         self.batches_served = 0
         self.batches_failed = 0
-        self._thread = threading.Thread(target=self._serve, name=f"bertserve-worker-{name}", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=f"bertserve-worker-{name}-{number}", daemon=True)
 
     @property
     def alive(self) -> bool:

@@ -19,8 +19,12 @@ EMBEDDING_TASK = "feature-extraction"
 TUNED_SETTINGS = frozenset({"max_batch_tokens", "max_batch_size", "intra_op_threads"})
 
 
-def default_intra_op_threads() -> int:
+def default_model_workers() -> int:
     return min(2, os.cpu_count() or 1)
+
+
+def default_intra_op_threads() -> int:
+    return max(1, min(2, (os.cpu_count() or 1) // default_model_workers()))
 
 
 class Settings(BaseSettings):
@@ -37,7 +41,16 @@ class Settings(BaseSettings):
     intra_op_threads: int = Field(
         default_factory=default_intra_op_threads,
         ge=1,
-        description="ONNX Runtime threads per model call; the default is min(2, CPU count).",
+        description="ONNX Runtime threads per session (per model call); the default is min(2, CPU count / the "
+        "default model_workers).",
+    )
+    # Two one-thread sessions beat one two-thread session on 2 cores (benchmarks/results/ab/model-workers-*.md):
+    # no thread-pool barrier per operator for the event loop to stall, and a batch runs while the next forms.
+    model_workers: int = Field(
+        default_factory=default_model_workers,
+        ge=1,
+        description="ONNX Runtime sessions per model, each owned by its own worker thread and fed from the model's "
+        "one queue (each holds the model's weights; intra_op_threads is per session). Default: min(2, CPU count).",
     )
     fast_path: bool = Field(
         default=True,

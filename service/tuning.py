@@ -3,7 +3,7 @@
 Three settings are tuned, each only among a candidate set fixed before any timing (and logged), so the choice
 is bounded whatever the clock says; a setting given explicitly is not tuned (its candidate set is that value):
 
-- ``intra_op_threads``: powers of two up to the CPU count (and the count itself); the fastest at a batch of
+- ``intra_op_threads``: powers of two up to the CPU count per worker (and that count); the fastest at a batch of
   4 x 128-token rows wins, fewer threads when within 5 % (other models share the cores).
 - ``max_batch_tokens``: rows of 128 tokens (or the model's max length) in batches of 1, 2, 4 ... rows; the
   token count where throughput stops growing (the smallest batch within 5 % of the best) is the budget.
@@ -96,7 +96,7 @@ def candidate_sets(settings: Settings, max_length: int, max_tokens_cap: int | No
     cap = max_tokens_cap or 2**31
     tokens = sorted({max(max_length, min(cap, long_row * size)) for size in SIZE_CANDIDATES})
     sets = {
-        "intra_op_threads": thread_candidates(),
+        "intra_op_threads": thread_candidates(max(1, (os.cpu_count() or 1) // settings.model_workers)),
         "max_batch_tokens": tokens,
         "max_batch_size": list(SIZE_CANDIDATES),
     }

@@ -41,6 +41,7 @@ class GatedRunner:
 
 
 def gate_engine(engine: Engine) -> tuple[GatedRunner, threading.Event]:
+    assert len(engine.workers) == 1, "gating holds one worker: serve with model_workers=1"
     gate = threading.Event()
     runner = GatedRunner(engine.worker.runner, gate)
     engine.worker.runner = runner

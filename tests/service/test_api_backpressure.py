@@ -16,7 +16,12 @@ ROUTE = "/v1/text-classification"
 
 def settings_for(model: TinyModel, **overrides: object) -> Settings:
     return Settings(  # type: ignore[arg-type]
-        models=[f"sst={model.bundle}"], intra_op_threads=1, max_wait_ms=0.0, max_batch_size=1, **overrides
+        models=[f"sst={model.bundle}"],
+        intra_op_threads=1,
+        model_workers=1,
+        max_wait_ms=0.0,
+        max_batch_size=1,
+        **overrides,
     )
 
 

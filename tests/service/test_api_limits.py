@@ -119,6 +119,7 @@ def test_requests_over_the_in_flight_cap_get_429_at_once(text_classification_mod
     settings = Settings(
         models=[f"sst={text_classification_model.bundle}"],
         intra_op_threads=1,
+        model_workers=1,
         max_batch_size=1,
         max_concurrent_requests=2,
     )

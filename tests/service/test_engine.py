@@ -3,6 +3,8 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from service.engine import MAX_TOKEN_OUTPUT_BYTES, Engine, batch_policy, input_c
 from service.errors import BadRequest, NotReady
 from service.settings import Settings
 from service.tasks import ClassificationParams, QAInput, TokenClassificationParams
+from tests.service.apptools import GatedRunner
 from tests.service.tiny_models import CLASSIFICATION_LABELS, TinyModel
 
 TEXTS = [
@@ -25,7 +28,8 @@ TEXTS = [
 
 
 def settings(**overrides: object) -> Settings:
-    return Settings(max_wait_ms=1.0, intra_op_threads=1, prepare_threads=2, **overrides)  # type: ignore[arg-type]
+    values: dict[str, object] = {"max_wait_ms": 1.0, "intra_op_threads": 1, "model_workers": 1, "prepare_threads": 2}
+    return Settings(**{**values, **overrides})  # type: ignore[arg-type]
 
 
 def test_from_bundle_describes_the_model(text_classification_model: TinyModel) -> None:
@@ -146,3 +150,65 @@ def test_bad_bundles_raise_bundle_errors_naming_the_folder(
         with pytest.raises(BundleError) as caught:
             Engine.from_bundle(folder, settings())
         assert str(folder) in str(caught.value) and problem in str(caught.value)
+
+
+def test_two_workers_run_batches_at_once_from_one_queue(text_classification_model: TinyModel) -> None:
+    engine = Engine.from_bundle(text_classification_model.bundle, settings(model_workers=2, max_batch_size=1))
+    first, second = engine.workers
+    assert first.runner.session is not second.runner.session  # type: ignore[attr-defined]
+    assert engine.info.batching["workers"] == 2
+    gate = threading.Event()
+    gated = [GatedRunner(worker.runner, gate) for worker in engine.workers]
+    for worker, runner in zip(engine.workers, gated, strict=True):
+        worker.runner = runner
+    params = ClassificationParams(top_k=None)
+
+    async def main() -> tuple[list, list]:
+        await engine.start()
+        gate.set()
+        alone = [(await engine.infer([text], params))[0] for text in TEXTS[:2]]
+        gate.clear()
+        for runner in gated:
+            runner.entered.clear()
+        together = asyncio.gather(*(engine.infer([text], params) for text in TEXTS[:2]))
+        deadline = time.monotonic() + 5
+        while not all(runner.entered.is_set() for runner in gated):  # one row per batch: each worker holds one
+            assert time.monotonic() < deadline, "the two batches did not run at the same time"
+            await asyncio.sleep(0.005)
+        gate.set()
+        answers = [result[0] for result in await together]
+        await engine.stop()
+        return alone, answers
+
+    alone, answers = asyncio.run(main())
+    assert first.batches_served > 0 and second.batches_served > 0
+    for got, expected in zip(answers, alone, strict=True):
+        assert [item["label"] for item in got] == [item["label"] for item in expected]
+        np.testing.assert_allclose([item["score"] for item in got], [item["score"] for item in expected], atol=1e-5)
+
+
+def test_one_dead_worker_takes_the_model_down(text_classification_model: TinyModel) -> None:
+    class Killed(BaseException):
+        pass
+
+    class DeadlyRunner:
+        output_names = ("logits",)
+
+        def run(self, batch):  # type: ignore[no-untyped-def]
+            raise Killed()
+
+    engine = Engine.from_bundle(text_classification_model.bundle, settings(model_workers=2, max_batch_size=1))
+
+    async def main() -> None:
+        await engine.start()
+        engine.workers[1].runner = DeadlyRunner()
+        outcomes = await asyncio.gather(
+            *(engine.infer([text], ClassificationParams()) for text in TEXTS * 4), return_exceptions=True
+        )
+        assert any(isinstance(outcome, NotReady) for outcome in outcomes)  # the dead worker's batch, then the rest
+        await asyncio.to_thread(engine.workers[0].join, 5)
+        assert not engine.ready and not any(worker.alive for worker in engine.workers)
+        with pytest.raises(NotReady):
+            await engine.infer(["late"], ClassificationParams())
+
+    asyncio.run(main())
