@@ -136,6 +136,10 @@ def choose_rows(lengths: list[int], max_tokens: int, max_size: int, overhead_tok
     return order[lo : hi + 1]
 
 
+def _worker_number(entry: tuple[int, threading.Condition]) -> int:
+    return entry[0]
+
+
 def _resolve(requests: list[PendingRequest]) -> None:
     for request in requests:
         if request.timer is not None:
@@ -163,9 +167,12 @@ class Batcher:
         self.policy = policy
         self.name = name
         self._queue: list[WorkItem] = []
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        # Idle workers by number, each waiting on its own condition of the one lock: new rows wake the lowest
+        # number, so a lone request always goes to worker 0 (which may hold a session with every core's threads).
+        self._idle: list[tuple[int, threading.Condition]] = []
+        self.workers = 1  # how many workers take batches (the engine sets it)
         self._closed = False
-        self._workers_waiting = 0  # a model may have several workers (sessions) on one queue
         self._rows_per_s = 0.0
         self.dropped_rows = 0
 
@@ -190,7 +197,7 @@ class Batcher:
             )
         now = time.perf_counter()
         items = [WorkItem(request, i, seq, len(seq), now) for i, seq in enumerate(sequences)]
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise NotReady(f"model {self.name} is shutting down")
             if len(self._queue) + len(items) > self.policy.max_queue:
@@ -201,8 +208,8 @@ class Batcher:
                         retry_after_s=self._retry_after_locked(len(items)),
                     )
             self._queue.extend(items)
-            if self._workers_waiting:  # waking a busy worker costs a GIL hand-off per request
-                self._cond.notify()
+            if self._idle:  # waking a busy worker costs a GIL hand-off per request
+                min(self._idle, key=_worker_number)[1].notify()
         if timeout_s is not None:
             request.timer = loop.call_later(timeout_s, _expire, request, timeout_s)
         return request
@@ -218,22 +225,29 @@ class Batcher:
                 request.timer.cancel()
             raise
 
-    def next_batch(self) -> WorkBatch | None:
+    @property
+    def idle_workers(self) -> int:
+        """Workers waiting for rows now (read without the lock: a hint)."""
+        return len(self._idle)
+
+    def next_batch(self, worker: int = 0) -> WorkBatch | None:
         """Block until a batch is due (worker thread). None once closed and drained."""
         max_wait = self.policy.max_wait_s
-        with self._cond:
+        with self._lock:
             while True:
                 if not self._queue:
                     if self._closed:
                         return None
-                    self._wait_locked(None)
+                    self._wait_locked(worker, None)
                     continue
                 wait = self._queue[0].enqueued_at + max_wait - time.perf_counter()
                 if wait > 0 and not self._closed and not self._can_fill_locked():
-                    self._wait_locked(wait)
+                    self._wait_locked(worker, wait)
                     continue
                 batch = self._take_batch_locked()
                 if batch is not None:
+                    if self._queue and self._idle:  # rows left for another worker: wake one
+                        min(self._idle, key=_worker_number)[1].notify()
                     return batch
 
     def complete(self, batch: WorkBatch, rows: list[RowOutputs], elapsed_s: float) -> None:
@@ -266,24 +280,26 @@ class Batcher:
 
     def close(self, drain: bool = True, error: ServiceError | None = None) -> None:
         """Stop accepting rows. Without ``drain``, queued requests fail with ``error`` (default NotReady)."""
-        with self._cond:
+        with self._lock:
             self._closed = True
             if not drain and self._queue:
                 self.fail(WorkBatch(self._queue), error or NotReady(f"model {self.name} stopped"))
                 self._queue = []
-            self._cond.notify_all()
+            for _, waiting in self._idle:
+                waiting.notify()
 
     @staticmethod
     def _call_on(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
         with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting any more
             loop.call_soon_threadsafe(callback, *args)
 
-    def _wait_locked(self, timeout: float | None) -> None:
-        self._workers_waiting += 1
+    def _wait_locked(self, worker: int, timeout: float | None) -> None:
+        entry = (worker, threading.Condition(self._lock))
+        self._idle.append(entry)
         try:
-            self._cond.wait(timeout)
+            entry[1].wait(timeout)
         finally:
-            self._workers_waiting -= 1
+            self._idle.remove(entry)
 
     def _can_fill_locked(self) -> bool:
         if len(self._queue) >= self.policy.max_batch_size:

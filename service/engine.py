@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -132,8 +133,10 @@ class Engine:
         observer: BatchObserver | None = None,
         batching: BatchingChoice | None = None,
         more_runners: Sequence[ModelRunner] = (),
+        solo_runner: ModelRunner | None = None,
     ) -> None:
-        """``runner`` and each of ``more_runners`` get a worker thread; all take batches from one queue."""
+        """``runner`` and each of ``more_runners`` get a worker thread; all take batches from one queue. The first
+        worker runs ``solo_runner`` instead when the others are idle (a lone request gets every core)."""
         self.name = name
         self.bundle = bundle
         self.handler = handler
@@ -151,6 +154,8 @@ class Engine:
             for number, each in enumerate([runner, *more_runners])
         ]
         self.worker = self.workers[0]
+        self.batcher.workers = len(self.workers)
+        self.worker.solo_runner = solo_runner if more_runners else None
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix=f"prepare-{name}")
         self._started = False
@@ -191,15 +196,19 @@ class Engine:
             outputs = task_spec(bundle.spec.task).outputs
             served, batching = tune_runner(name, bundle.model_path, outputs, context, runner, settings, cap)
         threads = batching.intra_op_threads if batching is not None else settings.intra_op_threads
+        workers = settings.model_workers
+        # with every worker busy each session gets its share of the cores; a lone batch may have them all
+        solo_threads = min(os.cpu_count() or 1, threads * workers)
         try:
             outputs = task_spec(bundle.spec.task).outputs
-            more = [
-                OrtRunner(bundle.model_path, outputs, threads, settings.intra_op_spinning)
-                for _ in range(settings.model_workers - 1)
-            ]
+            spin = settings.intra_op_spinning
+            more = [OrtRunner(bundle.model_path, outputs, threads, spin) for _ in range(workers - 1)]
+            solo = None
+            if workers > 1 and solo_threads > threads:
+                solo = OrtRunner(bundle.model_path, outputs, solo_threads, spin)
         except Exception as exc:
             raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
-        return cls(name, bundle, handler, context, served, settings, executor, observer, batching, more)
+        return cls(name, bundle, handler, context, served, settings, executor, observer, batching, more, solo)
 
     @property
     def task(self) -> str:

@@ -85,8 +85,12 @@ class Worker:
         token_level: frozenset[str],
         observer: BatchObserver | None = None,
         number: int = 0,  # among the model's workers
+        solo_runner: ModelRunner | None = None,
     ) -> None:
+        """``solo_runner`` (a session with more threads) runs the batches taken while every other worker is idle."""
         self.name = name
+        self.number = number
+        self.solo_runner = solo_runner
         self.batcher = batcher
         self.runner = runner
         self.pad_token_id = pad_token_id
@@ -110,7 +114,7 @@ class Worker:
     def _serve(self) -> None:
         batch: WorkBatch | None = None
         try:
-            while (batch := self.batcher.next_batch()) is not None:
+            while (batch := self.batcher.next_batch(self.number)) is not None:
                 self._run_batch(batch)
         except BaseException as exc:
             self.died = exc
@@ -126,7 +130,10 @@ class Worker:
         failed = False
         try:
             padded = pad_token_rows(batch.sequences, self.pad_token_id)
-            outputs = self.runner.run(padded)
+            runner = self.runner
+            if self.solo_runner is not None and self.batcher.idle_workers >= self.batcher.workers - 1:
+                runner = self.solo_runner
+            outputs = runner.run(padded)
             rows = split_rows(outputs, padded.lengths, self.token_level)
         except Exception as exc:
             failed = True

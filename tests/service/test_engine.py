@@ -161,11 +161,13 @@ def test_two_workers_run_batches_at_once_from_one_queue(text_classification_mode
     gated = [GatedRunner(worker.runner, gate) for worker in engine.workers]
     for worker, runner in zip(engine.workers, gated, strict=True):
         worker.runner = runner
+    if first.solo_runner is not None:  # the first worker's batch may run on its all-core session
+        first.solo_runner = gated[0]
     params = ClassificationParams(top_k=None)
 
     async def main() -> tuple[list, list]:
-        await engine.start()
         gate.set()
+        await engine.start()
         alone = [(await engine.infer([text], params))[0] for text in TEXTS[:2]]
         gate.clear()
         for runner in gated:
@@ -185,6 +187,32 @@ def test_two_workers_run_batches_at_once_from_one_queue(text_classification_mode
     for got, expected in zip(answers, alone, strict=True):
         assert [item["label"] for item in got] == [item["label"] for item in expected]
         np.testing.assert_allclose([item["score"] for item in got], [item["score"] for item in expected], atol=1e-5)
+
+
+def test_a_lone_request_runs_on_the_first_workers_all_core_session(text_classification_model: TinyModel) -> None:
+    engine = Engine.from_bundle(text_classification_model.bundle, settings(model_workers=2))
+    first, second = engine.workers
+    assert first.solo_runner is not None and second.solo_runner is None
+    assert first.solo_runner.session.get_session_options().intra_op_num_threads == 2  # type: ignore[attr-defined]
+    open_gate = threading.Event()
+    open_gate.set()
+    solo, own, other = (GatedRunner(runner, open_gate) for runner in (first.solo_runner, first.runner, second.runner))
+    first.solo_runner, first.runner, second.runner = solo, own, other
+
+    async def main() -> None:
+        await engine.start()
+        deadline = time.monotonic() + 5
+        while engine.batcher.idle_workers < 2:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.005)
+        for runner in (solo, own, other):
+            runner.seen.clear()  # the warm-up batch
+        for text in TEXTS:  # one at a time: the other worker is idle each time
+            await engine.infer([text], ClassificationParams())
+        await engine.stop()
+
+    asyncio.run(main())
+    assert len(solo.seen) == len(TEXTS) and not own.seen and not other.seen
 
 
 def test_one_dead_worker_takes_the_model_down(text_classification_model: TinyModel) -> None:
