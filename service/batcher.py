@@ -1,7 +1,8 @@
 """Queue of model rows from many requests, cut into padded-token-budgeted batches.
 
-The event loop submits a request's rows and awaits one future; the model's worker thread calls
-``next_batch`` (blocking) and then ``complete`` or ``fail``. Futures are resolved on their own
+The event loop submits a request's rows and awaits one future; each of the model's worker threads calls
+``next_batch`` (blocking) and then ``complete`` or ``fail``; new rows wake the idle worker with the lowest
+number. Futures are resolved on their own
 loop with ``call_soon_threadsafe``, once per batch and loop. Rows of cancelled, timed-out or
 failed requests are dropped before they reach the model.
 """

@@ -1,7 +1,7 @@
-"""One served model: bundle -> tokenizer context + task handler + batcher + worker. No FastAPI.
+"""One served model: bundle -> tokenizer context + task handler + batcher + workers. No FastAPI.
 
 engine = Engine.from_bundle(path, settings)
-await engine.start()                     # worker thread + one warm-up batch
+await engine.start()                     # worker threads + one warm-up batch
 results = await engine.infer(inputs, params)
 await engine.stop(drain=True)
 """

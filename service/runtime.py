@@ -1,4 +1,5 @@
-"""The worker thread that owns one model's ONNX Runtime session.
+"""The worker threads of a model, each owning its ONNX Runtime session (worker 0 may own a second one, with more
+threads, for batches that run while every other worker is idle).
 
 It takes batches from the batcher, pads them, runs the session once per batch, cuts the outputs
 back into per-row arrays and hands them to the batcher. A failing batch fails only its own
