@@ -2,9 +2,8 @@
 
 The event loop submits a request's rows and awaits one future; each of the model's worker threads calls
 ``next_batch`` (blocking) and then ``complete`` or ``fail``; new rows wake the idle worker with the lowest
-number. Futures are resolved on their own
-loop with ``call_soon_threadsafe``, once per batch and loop. Rows of cancelled, timed-out or
-failed requests are dropped before they reach the model.
+number. Futures are resolved on their own loop with ``call_soon_threadsafe``, once per batch and loop.
+Rows of cancelled, timed-out or failed requests are dropped before they reach the model.
 """
 
 from __future__ import annotations

@@ -182,8 +182,8 @@ class Engine:
                 raise BundleError(bundle.path, f"the service does not serve task {bundle.spec.task!r}")
             handler = HANDLERS[bundle.spec.task]
         context = load_context(bundle)
+        outputs = task_spec(bundle.spec.task).outputs
         try:
-            outputs = task_spec(bundle.spec.task).outputs
             runner = OrtRunner(bundle.model_path, outputs, settings.intra_op_threads, settings.intra_op_spinning)
         except Exception as exc:
             raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
@@ -193,14 +193,12 @@ class Engine:
         if settings.tunes():
             width = token_output_width(runner, task_spec(bundle.spec.task).token_level)
             cap = MAX_TOKEN_OUTPUT_BYTES // (4 * width) if width else None
-            outputs = task_spec(bundle.spec.task).outputs
             served, batching = tune_runner(name, bundle.model_path, outputs, context, runner, settings, cap)
         threads = batching.intra_op_threads if batching is not None else settings.intra_op_threads
         workers = settings.model_workers
         # with every worker busy each session gets its share of the cores; a lone batch may have them all
         solo_threads = min(os.cpu_count() or 1, threads * workers)
         try:
-            outputs = task_spec(bundle.spec.task).outputs
             spin = settings.intra_op_spinning
             more = [OrtRunner(bundle.model_path, outputs, threads, spin) for _ in range(workers - 1)]
             solo = None
@@ -233,7 +231,7 @@ class Engine:
         )
 
     async def start(self) -> None:
-        """Start the worker and run one warm-up batch through the whole path."""
+        """Start the workers and run one warm-up batch through the whole path."""
         if not self._started:
             self._started = True
             for worker in self.workers:

@@ -40,6 +40,17 @@ class GatedRunner:
         return {int(value) for ids in self.seen for value in ids}
 
 
+class WorkerKilled(BaseException):
+    """Not an Exception: it kills the worker thread instead of failing one batch."""
+
+
+class DeadlyRunner:
+    output_names = ("logits",)
+
+    def run(self, batch: PaddedRows) -> dict[str, np.ndarray]:
+        raise WorkerKilled()
+
+
 def gate_engine(engine: Engine) -> tuple[GatedRunner, threading.Event]:
     assert len(engine.workers) == 1, "gating holds one worker: serve with model_workers=1"
     gate = threading.Event()

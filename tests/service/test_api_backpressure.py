@@ -7,7 +7,7 @@ import json
 
 from service.engine import Engine
 from service.settings import Settings
-from tests.service.apptools import gate_engine, serving, wait_for
+from tests.service.apptools import DeadlyRunner, gate_engine, serving, wait_for
 from tests.service.test_api import assert_error
 from tests.service.tiny_models import TinyModel
 
@@ -94,15 +94,6 @@ def test_not_ready_until_warmed_up_and_while_shutting_down(text_classification_m
 
 
 def test_dead_worker_makes_the_service_not_ready(text_classification_model: TinyModel) -> None:
-    class Killed(BaseException):
-        pass
-
-    class DeadlyRunner:
-        output_names = ("logits",)
-
-        def run(self, batch):  # type: ignore[no-untyped-def]
-            raise Killed()
-
     async def main() -> None:
         async with serving(settings_for(text_classification_model)) as (app, client):
             engine = app.state.registry.engines["sst"]

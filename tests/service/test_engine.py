@@ -15,7 +15,7 @@ from service.engine import MAX_TOKEN_OUTPUT_BYTES, Engine, batch_policy, input_c
 from service.errors import BadRequest, NotReady
 from service.settings import Settings
 from service.tasks import ClassificationParams, QAInput, TokenClassificationParams
-from tests.service.apptools import GatedRunner
+from tests.service.apptools import DeadlyRunner, GatedRunner
 from tests.service.tiny_models import CLASSIFICATION_LABELS, TinyModel
 
 TEXTS = [
@@ -216,15 +216,6 @@ def test_a_lone_request_runs_on_the_first_workers_all_core_session(text_classifi
 
 
 def test_one_dead_worker_takes_the_model_down(text_classification_model: TinyModel) -> None:
-    class Killed(BaseException):
-        pass
-
-    class DeadlyRunner:
-        output_names = ("logits",)
-
-        def run(self, batch):  # type: ignore[no-untyped-def]
-            raise Killed()
-
     engine = Engine.from_bundle(text_classification_model.bundle, settings(model_workers=2, max_batch_size=1))
 
     async def main() -> None:
