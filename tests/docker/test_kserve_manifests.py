@@ -183,7 +183,13 @@ def test_the_runtime_runs_the_deployments_service_with_the_same_probes() -> None
         assert container[probe]["httpGet"]["path"] in routes
         assert container[probe]["httpGet"]["port"] == settings.port
     deployment_env = {item["name"]: item["value"] for item in deployment["env"]}
-    same = {"BERTSERVE_INTRA_OP_THREADS", "BERTSERVE_MAX_BATCH_TOKENS", "BERTSERVE_MAX_QUEUE", "BERTSERVE_TIMEOUT_S"}
+    same = {
+        "BERTSERVE_MODEL_WORKERS",
+        "BERTSERVE_INTRA_OP_THREADS",
+        "BERTSERVE_MAX_BATCH_TOKENS",
+        "BERTSERVE_MAX_QUEUE",
+        "BERTSERVE_TIMEOUT_S",
+    }
     assert {name: env[name] for name in same} == {name: deployment_env[name] for name in same}
     assert container["resources"] == deployment["resources"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
