@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import threading
 import time
@@ -189,6 +190,7 @@ def test_two_workers_run_batches_at_once_from_one_queue(text_classification_mode
         np.testing.assert_allclose([item["score"] for item in got], [item["score"] for item in expected], atol=1e-5)
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no session with more threads than the others")
 def test_a_lone_request_runs_on_the_first_workers_all_core_session(text_classification_model: TinyModel) -> None:
     engine = Engine.from_bundle(text_classification_model.bundle, settings(model_workers=2))
     first, second = engine.workers
