@@ -163,7 +163,7 @@ def _expire(request: PendingRequest, timeout_s: float) -> None:
 
 
 class Batcher:
-    def __init__(self, policy: BatchPolicy, name: str = "model") -> None:
+    def __init__(self, policy: BatchPolicy, name: str = "model", workers: int = 1) -> None:
         self.policy = policy
         self.name = name
         self._queue: list[WorkItem] = []
@@ -171,7 +171,7 @@ class Batcher:
         # Idle workers by number, each waiting on its own condition of the one lock: new rows wake the lowest
         # number, so a lone request always goes to worker 0 (which may hold a session with every core's threads).
         self._idle: list[tuple[int, threading.Condition]] = []
-        self.workers = 1  # how many workers take batches (the engine sets it)
+        self.workers = workers  # how many workers take batches
         self._closed = False
         self._rows_per_s = 0.0
         self.dropped_rows = 0
@@ -209,7 +209,7 @@ class Batcher:
                     )
             self._queue.extend(items)
             if self._idle:  # waking a busy worker costs a GIL hand-off per request
-                min(self._idle, key=_worker_number)[1].notify()
+                self._wake_lowest_locked()
         if timeout_s is not None:
             request.timer = loop.call_later(timeout_s, _expire, request, timeout_s)
         return request
@@ -247,7 +247,7 @@ class Batcher:
                 batch = self._take_batch_locked()
                 if batch is not None:
                     if self._queue and self._idle:  # rows left for another worker: wake one
-                        min(self._idle, key=_worker_number)[1].notify()
+                        self._wake_lowest_locked()
                     return batch
 
     def complete(self, batch: WorkBatch, rows: list[RowOutputs], elapsed_s: float) -> None:
@@ -292,6 +292,9 @@ class Batcher:
     def _call_on(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
         with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting any more
             loop.call_soon_threadsafe(callback, *args)
+
+    def _wake_lowest_locked(self) -> None:
+        min(self._idle, key=_worker_number)[1].notify()
 
     def _wait_locked(self, worker: int, timeout: float | None) -> None:
         entry = (worker, threading.Condition(self._lock))

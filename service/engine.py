@@ -148,13 +148,13 @@ class Engine:
         if bundle.spec.task == EMBEDDING_TASK:
             # One embeddings request may bring max_embedding_inputs texts, one row each: the queue holds one such.
             policy = dataclasses.replace(policy, max_queue=max(policy.max_queue, settings.max_embedding_inputs))
-        self.batcher = Batcher(policy, name)
+        runners = [runner, *more_runners]
+        self.batcher = Batcher(policy, name, workers=len(runners))
         self.workers = [
             Worker(name, self.batcher, each, context.pad_token_id, token_level, observer, number)
-            for number, each in enumerate([runner, *more_runners])
+            for number, each in enumerate(runners)
         ]
         self.worker = self.workers[0]
-        self.batcher.workers = len(self.workers)
         self.worker.solo_runner = solo_runner if more_runners else None
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix=f"prepare-{name}")
