@@ -31,7 +31,7 @@ browser:
 
 test: setup browser
 	$(PY) -m ruff check .
-	$(PY) -m mypy training model_export service
+	$(PY) -m mypy contract training model_export service
 	$(PY) -m pytest -q
 
 test-all: setup browser
@@ -39,7 +39,7 @@ test-all: setup browser
 
 lint: setup
 	$(PY) -m ruff check .
-	$(PY) -m mypy training model_export service
+	$(PY) -m mypy contract training model_export service
 
 demo: $(VENV)/.serve-installed
 	$(PY) docker/demo_models.py --out $(MODELS)

@@ -30,7 +30,7 @@ from tokenizers import Tokenizer
 from benchmarks import accuracy_report, served_scores
 from benchmarks.datasets import REPO_ROOT, read_conll, read_rte, read_squad, read_sst2, shared_data_dir
 from benchmarks.servers import OFFLINE_ENV, bertserve_command, free_port, running
-from model_export.mask_probes import mask_probes
+from contract.mask_probes import mask_probes
 
 log = logging.getLogger("benchmarks.accuracy")
 RUNS = REPO_ROOT / "runs" / "accuracy"
@@ -120,7 +120,7 @@ RECIPES: dict[str, AccuracyRecipe] = {
             serve_max_length=128, metric="accuracy",
         ),
         # Continued MLM training of the encoder (it has no MLM head: a new transform, decoder tied to the word
-        # embeddings), scored on whole-word mask probes (model_export.mask_probes) of held-out paragraphs whose probe
+        # embeddings), scored on whole-word mask probes (contract.mask_probes) of held-out paragraphs whose probe
         # fits 128 tokens. One epoch at 128: the 30k-word decoder over every position makes longer runs cost
         # ~16 s a step on two cores (3 epochs at 256 would take 40 min).
         AccuracyRecipe(

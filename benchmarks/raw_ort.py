@@ -3,7 +3,7 @@
 No HTTP, no queue, no JSON: tokenize every input (as the service would: truncation for classification,
 overflowing windows for question answering), sort the rows by length, pad each batch to its longest row
 and run. Throughput counts inputs (sentences, questions), not rows, as the HTTP runs do. Padding and the
-session come from model_export.onnx_io, as in the service and export validation (pad id from the tokenizer).
+session come from contract.onnx_io, as in the service and export validation (pad id from the tokenizer).
 
 Two bounds, measured side by side:
 - chunk-sorted (``measure``): inputs sorted in chunks of 512 (QA: 128), the best batch (1..64) and thread-pool
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from model_export.onnx_io import PaddedRows, ort_session, pad_rows, token_id
+from contract.onnx_io import PaddedRows, ort_session, pad_rows, token_id
 
 if TYPE_CHECKING:
     import onnxruntime as ort

@@ -62,9 +62,10 @@ def machine_facts() -> dict[str, Any]:
         facts["cpu"] = platform.processor()
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "service", "model_export"], capture_output=True,
-                               text=True, check=True)  # fmt: skip
-        facts["git"] = head.stdout.strip() + (" (service/model_export modified)" if dirty.stdout.strip() else "")
+        tracked = ["service", "contract", "model_export"]
+        status = ["git", "status", "--porcelain", "--", *tracked]
+        dirty = subprocess.run(status, capture_output=True, text=True, check=True)
+        facts["git"] = head.stdout.strip() + (" (source modified)" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         pass
     try:

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from benchmarks.datasets import LabelledText, NerSentence, QaExample
-from model_export.mask_probes import MaskProbe
+from contract.mask_probes import MaskProbe
 
 REQUEST_INPUTS = 16
 CLIENT_THREADS = 4
@@ -165,7 +165,7 @@ def squad_scores(served: Served, examples: list[QaExample], threads: int = CLIEN
 
 
 def fill_mask_scores(served: Served, probes: list[MaskProbe], threads: int = CLIENT_THREADS) -> dict[str, float]:
-    """Whole-word mask probes (model_export.mask_probes) through ``/v1/fill-mask`` with ``top_k=5``.
+    """Whole-word mask probes (contract.mask_probes) through ``/v1/fill-mask`` with ``top_k=5``.
 
     The service answers, per input, one list of candidates (best first) per mask token, in text order; a mask
     counts for top-1 when the first candidate's ``token`` is the answer's id, for top-5 when any of the five is.

@@ -19,7 +19,7 @@ import onnxruntime as ort
 
 from benchmarks.loads import ROUTES, load_inputs
 from benchmarks.raw_ort import bundle_tokenizer, encode_rows, padded_batches
-from model_export.onnx_io import PaddedRows, ort_session
+from contract.onnx_io import PaddedRows, ort_session
 
 log = logging.getLogger("session_layout")
 

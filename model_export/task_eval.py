@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from model_export.bundle import Bundle
-from model_export.decoding import (
+from contract.bundle import Bundle
+from contract.decoding import (
     DecodeInputError,
     check_room_for_context,
     decode_qa_answers,
@@ -36,9 +36,9 @@ from model_export.decoding import (
     window_stride,
     windowing_tokenizer,
 )
-from model_export.mask_probes import plain_tokenizer
-from model_export.onnx_io import ort_session, pad_rows, run_session
-from model_export.tasks import task_spec
+from contract.mask_probes import plain_tokenizer
+from contract.onnx_io import ort_session, pad_rows, run_session
+from contract.tasks import task_spec
 from model_export.validate import ExportError
 from training.metrics import accuracy, entity_metrics, squad_metrics
 

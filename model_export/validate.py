@@ -19,8 +19,8 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from model_export.onnx_io import InputFeeds, ort_session, pad_rows, run_session
-from model_export.tasks import INPUT_NAMES, task_spec
+from contract.onnx_io import InputFeeds, ort_session, pad_rows, run_session
+from contract.tasks import INPUT_NAMES, task_spec
 
 Outputs = dict[str, np.ndarray]
 

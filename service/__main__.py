@@ -23,7 +23,7 @@ import uvicorn
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from model_export.bundle import BundleError
+from contract.bundle import BundleError
 from service.settings import Settings
 
 if TYPE_CHECKING:

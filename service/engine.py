@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from model_export.bundle import Bundle, BundleError, read_bundle
-from model_export.tasks import task_spec
+from contract.bundle import Bundle, BundleError, read_bundle
+from contract.tasks import task_spec
 from service.batcher import Batcher, BatchPolicy
 from service.errors import BadRequest, NotReady, RequestTimeout
 from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from model_export.bundle import BundleError
+from contract.bundle import BundleError
 from service.engine import Engine
 from service.errors import BadRequest, ModelNotFound
 from service.settings import Settings

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from model_export.onnx_io import PaddedRows, ort_session, pad_token_rows
+from contract.onnx_io import PaddedRows, ort_session, pad_token_rows
 from service.batcher import Batcher, RowOutputs, WorkBatch
 from service.errors import InferenceError, NotReady
 

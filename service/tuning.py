@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from model_export.onnx_io import PaddedRows, pad_rows
+from contract.onnx_io import PaddedRows, pad_rows
 from service.runtime import ModelRunner, OrtRunner
 from service.settings import TUNED_SETTINGS, Settings
 from service.tasks.base import ModelContext

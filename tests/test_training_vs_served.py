@@ -19,8 +19,8 @@ from tokenizers import Tokenizer
 
 from benchmarks import served_scores
 from benchmarks.datasets import DataDirNotFound, read_conll, read_squad, read_sst2, shared_data_dir
+from contract.mask_probes import mask_probes
 from model_export.export import export_bundle
-from model_export.mask_probes import mask_probes
 from service.app import create_app
 from service.settings import Settings
 from training.cli import main as training_main

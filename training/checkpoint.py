@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from torch import nn
 
-from model_export.files import read_json
+from contract.files import read_json
 from training.model import ARCHITECTURES, BertConfig, BertPreTrainedModule
 from training.tokenizer import save_tokenizer
 

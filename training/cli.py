@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from model_export.tasks import FINETUNE_TASKS, task_spec
+from contract.tasks import FINETUNE_TASKS, task_spec
 from training.checkpoint import CheckpointError
 from training.data import DataError
 from training.train import TrainingArguments, setup_runtime, teardown_runtime

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from model_export.onnx_io import pad_rows
+from contract.onnx_io import pad_rows
 
 IGNORE_INDEX = -100
 # What collate pads per-token keys other than input_ids / token_type_ids with (others: 0).
@@ -272,7 +272,7 @@ def collate(features: Sequence[Feature], pad_token_id: int) -> dict[str, torch.T
     """Pad per-token keys to the longest feature in the batch; one-value keys (a class label) become a vector.
 
     input_ids (padded with ``pad_token_id``, the tokenizer's pad token), token_type_ids and attention_mask are
-    padded by ``model_export.onnx_io.pad_rows``, as the exported graph and the service are fed; other per-token keys
+    padded by ``contract.onnx_io.pad_rows``, as the exported graph and the service are fed; other per-token keys
     are padded with their own value (labels -100, special_tokens_mask 1, else 0). Every tensor is int64, but float
     one-value keys (relevance targets), which are float32.
     """

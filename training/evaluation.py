@@ -1,10 +1,10 @@
-"""Evaluation that scores through the service's own decode path (model_export.decoding).
+"""Evaluation that scores through the service's own decode path (contract.decoding).
 
 The windows a model sees and the rules that turn its logits into answers are the ones the served bundle
 uses: QA windows keep the question whole and stride the context, answers come from the pipeline's softmax
 start/end decoding with max_answer_len; NER labels every word by its first sub-token, in the window where
 that token has the most context; fill-mask scores the deterministic whole-word probes of
-model_export.mask_probes, the ones a client posts to ``/v1/fill-mask``. So the metric a fine-tuning run reports
+contract.mask_probes, the ones a client posts to ``/v1/fill-mask``. So the metric a fine-tuning run reports
 is the metric served over HTTP (up to onnxruntime vs torch rounding).
 """
 
@@ -18,7 +18,7 @@ import torch
 from tokenizers import Encoding, Tokenizer
 from torch import nn
 
-from model_export.decoding import (
+from contract.decoding import (
     DecodeInputError,
     QAWindows,
     WordWindows,
@@ -31,7 +31,7 @@ from model_export.decoding import (
     window_stride,
     windowing_tokenizer,
 )
-from model_export.mask_probes import MaskProbe, mask_probes, plain_tokenizer
+from contract.mask_probes import MaskProbe, mask_probes, plain_tokenizer
 from training.data import IGNORE_INDEX, DataError, Feature
 from training.metrics import MlmAccumulator
 from training.squad import SquadExample
@@ -123,7 +123,7 @@ class AnswerEvaluation:
 
 @dataclass
 class MaskedWordEvaluation:
-    """Text lines -> whole-word mask probes (model_export.mask_probes), scored at the masks as ``/v1/fill-mask``.
+    """Text lines -> whole-word mask probes (contract.mask_probes), scored at the masks as ``/v1/fill-mask``.
 
     Top-1 / top-5 count a mask as right when the answer's id is the best / among the five best logits at the
     mask position, the candidates the service ranks by softmax probability (the same order); ``mlm_loss`` and

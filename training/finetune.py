@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
-from model_export.tasks import task_spec
+from contract.tasks import task_spec
 from training.checkpoint import CheckpointError, load_config, load_model, save_model
 from training.data import (
     DataError,
@@ -270,13 +270,13 @@ def _fill_mask(options: FinetuneOptions, context: TaskContext) -> TaskData:
     collator = MlmCollator(tokenizer, pad_token_id=context.pad_token_id, seed=options.training.seed + rank)
     evaluate = None
     if options.eval_file is not None:
-        # Deterministic whole-word probes (model_export.mask_probes): the masks /v1/fill-mask is scored on too.
+        # Deterministic whole-word probes (contract.mask_probes): the masks /v1/fill-mask is scored on too.
         eval_lines = read_text_lines(options.eval_file, options.max_eval_samples)
         masked_words = MaskedWordEvaluation.build(tokenizer, eval_lines, options.max_length)
         if not masked_words.probes:
             raise DataError(
                 f"{options.eval_file}: no line of at most {options.max_length} tokens has a word to mask "
-                "(see model_export.mask_probes: every 7th word, alphabetic, one vocabulary token)"
+                "(see contract.mask_probes: every 7th word, alphabetic, one vocabulary token)"
             )
 
         def evaluate(model: nn.Module) -> dict[str, float]:

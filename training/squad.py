@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from model_export.files import read_json
+from contract.files import read_json
 from training.data import DataError, Feature
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from model_export.files import read_json, token_text, tokenizer_settings
-from model_export.onnx_io import token_id
+from contract.files import read_json, token_text, tokenizer_settings
+from contract.onnx_io import token_id
 
 logger = logging.getLogger(__name__)
 

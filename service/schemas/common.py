@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from model_export.tasks import TASK_NAMES
+from contract.tasks import TASK_NAMES
 
 # Bounds that cannot change an answer (no bundle is longer than 512 tokens) but keep numbers sane.
 MAX_TOKENS = 512

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from model_export.decoding import DecodeInputError
+from contract.decoding import DecodeInputError
 from service.tasks.base import InputError, ModelRow
 
 _VOCABULARY_CACHE_SIZE = 32

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from model_export.tasks import task_spec
+from contract.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import encode_batch, require_text, require_top_k, softmax, to_sequence, vocabulary
 

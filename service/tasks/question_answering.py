@@ -6,7 +6,7 @@ equal answers across windows and word alignment follow the pipeline's fast-token
 that path, ``max_question_len`` is accepted but does not truncate the question: a question that
 leaves no room for the context is a client error.
 
-The windowing and decoding live in ``model_export.decoding`` (torch-free), the one decode path that
+The windowing and decoding live in ``contract.decoding`` (torch-free), the one decode path that
 fine-tuning's evaluation scores through too; this handler validates parameters, turns windows into
 model rows and maps ``DecodeInputError`` to ``InputError``.
 """
@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from model_export.decoding import (
+from contract.decoding import (
     QAWindows,
     check_room_for_context,
     decode_qa_answers,
     encode_question_contexts,
 )
-from model_export.decoding import resolve_window as resolve_window_sizes
-from model_export.tasks import task_spec
+from contract.decoding import resolve_window as resolve_window_sizes
+from contract.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import as_input_error, require_text, require_top_k, to_sequence, truncating_tokenizer
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from model_export.decoding import with_windows
-from model_export.tasks import task_spec
+from contract.decoding import with_windows
+from contract.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import (
     encode_batch,

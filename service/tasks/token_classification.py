@@ -11,7 +11,7 @@ encoding (with [CLS] at 0), which for the first window is the pipeline's ``index
 
 Pre-split words (``WordsInput``, e.g. CoNLL tokens) are labelled one entry per word, in word order:
 the argmax label of the word's first sub-token, the convention fine-tuning trains and scores with
-(``model_export.decoding``, the decode path training's evaluation shares). ``index`` is then the
+(``contract.decoding``, the decode path training's evaluation shares). ``index`` is then the
 word's index, ``start``/``end`` its span in ``" ".join(words)``; ``aggregation_strategy`` and
 ``ignore_labels`` do not apply, and ``stride`` is accepted with any strategy.
 """
@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 from tokenizers import Encoding
 
-from model_export.decoding import (
+from contract.decoding import (
     WordWindows,
     encode_word_lists,
     label_words,
     window_stride,
     with_windows,
 )
-from model_export.tasks import task_spec
+from contract.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import (
     as_input_error,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from model_export.tasks import entailment_id, task_spec
+from contract.tasks import entailment_id, task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import encode_batch, require_text, softmax, to_sequence, truncating_tokenizer
 

@@ -18,8 +18,8 @@ import demo_models
 import pytest
 from tokenizers import Tokenizer
 
+from contract.decoding import default_stride
 from model_export.__main__ import build_parser as export_parser
-from model_export.decoding import default_stride
 from tests.service.tiny_models import build_tiny_models, cache_key
 from training.cli import build_parser as training_parser
 from training.data import read_classification_rows, read_tagged_sentences, read_text_lines

@@ -34,7 +34,7 @@ def demo_models_dir() -> Path:
 
 
 def test_every_demo_is_a_bundle_of_its_task(demo_models_dir: Path) -> None:
-    from model_export.bundle import read_bundle
+    from contract.bundle import read_bundle
 
     tasks = {name: read_bundle(demo_models_dir / name).spec.task for name in ("sentiment", "ner", "qa", "fill-mask")}
     assert tasks == {

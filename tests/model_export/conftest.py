@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from model_export.tasks import TASK_NAMES
-from model_export.tasks import TASKS as TASK_TABLE
+from contract.tasks import TASK_NAMES
+from contract.tasks import TASKS as TASK_TABLE
 
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from model_export.bundle import (
+from contract.bundle import (
     BUNDLE_FILE,
     MODEL_FILE,
     SCHEMA_VERSION,
@@ -20,7 +20,7 @@ from model_export.bundle import (
     read_bundle,
     write_spec,
 )
-from model_export.tasks import TASKS
+from contract.tasks import TASKS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -134,7 +134,7 @@ def test_bundle_json_that_is_not_an_object(tmp_path: Path) -> None:
     assert_rejected(folder, "not a JSON object")
 
 
-@pytest.mark.parametrize("module", ["model_export.bundle", "model_export"])
+@pytest.mark.parametrize("module", ["contract.bundle", "model_export"])
 def test_reader_imports_without_torch(module: str) -> None:
     code = f"import {module}, sys; assert 'torch' not in sys.modules, 'torch imported'"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -1,4 +1,4 @@
-"""The shared decode path (model_export.decoding) on the real MiniLM WordPiece tokenizer and hand-made logits.
+"""The shared decode path (contract.decoding) on the real MiniLM WordPiece tokenizer and hand-made logits.
 
 No model runs here: logits are built so that the expected answer is known (a label per token position,
 one peak per window). The handlers' parity with transformers is tested in tests/service/tasks.
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from tokenizers import Encoding, Tokenizer
 
-from model_export.decoding import (
+from contract.decoding import (
     DecodeInputError,
     QAWindows,
     check_room_for_context,
@@ -60,7 +60,7 @@ def one_hot_logits(length: int, labels: int, hot: list[int], value: float = 10.0
 
 
 def test_imports_without_torch_or_service() -> None:
-    code = "import model_export.decoding, sys; assert not {'torch', 'service', 'onnxruntime'} & set(sys.modules)"
+    code = "import contract.decoding, sys; assert not {'torch', 'service', 'onnxruntime'} & set(sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contract.bundle import BundleError, BundleSpec
 from model_export.__main__ import main
-from model_export.bundle import BundleError, BundleSpec
 from model_export.checkpoint_files import sentence_pooling
 from model_export.export import ExportError, export_bundle
 from tests.model_export.conftest import SAMPLE_TEXTS

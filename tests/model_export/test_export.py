@@ -13,12 +13,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from contract.bundle import read_bundle
+from contract.onnx_io import pad_rows
+from contract.tasks import TASKS as TASK_TABLE
 from model_export import export as export_module
 from model_export.__main__ import main
-from model_export.bundle import read_bundle
 from model_export.export import ParityError, export_bundle
-from model_export.onnx_io import pad_rows
-from model_export.tasks import TASKS as TASK_TABLE
 from model_export.validate import ValueMismatch
 from tests.model_export.conftest import ARCHITECTURES, ORIGINS, SAMPLE_TEXTS, TASKS, TINY, vocab_size, write_vocab
 

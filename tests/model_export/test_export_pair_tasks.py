@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contract.bundle import BundleError, BundleSpec, read_bundle
+from contract.onnx_io import pad_rows
+from contract.tasks import TASKS, entailment_id
 from model_export.__main__ import main
-from model_export.bundle import BundleError, BundleSpec, read_bundle
 from model_export.export import ExportError, export_bundle
-from model_export.onnx_io import pad_rows
-from model_export.tasks import TASKS, entailment_id
 
 PAIRS = [
     ("where did john go?", "john went to paris to see the river."),

@@ -12,8 +12,8 @@ from typing import Any
 import onnx
 import pytest
 
+from contract.bundle import read_bundle
 from model_export.__main__ import main
-from model_export.bundle import read_bundle
 from model_export.export import ExportError, export_bundle
 from model_export.task_eval import EvalDataError, EvalModel, measure_int8_loss, predict, read_eval_rows, score
 from tests.model_export.conftest import WORDS, _config_values, write_vocab

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from model_export.mask_probes import MaskProbe, mask_probes
+from contract.mask_probes import MaskProbe, mask_probes
 
 # 18 words: with every=7 the words at positions 6 ("mill") and 13 ("the") are masked.
 RIVER = "the old river runs past the mill and then it turns north toward the city where people fish"

@@ -8,9 +8,9 @@ from pathlib import Path
 import onnx
 import pytest
 
+from contract.tasks import TASKS
 from model_export.export import OnnxAdapter, export_onnx
 from model_export.optimize import attention_node_count, convert_fp16, optimize_bert
-from model_export.tasks import TASKS
 from model_export.validate import ExportError
 from tests.model_export.conftest import TINY
 

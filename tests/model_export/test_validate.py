@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model_export.bundle import INPUT_NAMES
+from contract.bundle import INPUT_NAMES
 from model_export.validate import (
     PROBE_TEXTS,
     TOP1_MARGIN,

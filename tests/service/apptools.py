@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 from fastapi import FastAPI
 
-from model_export.onnx_io import PaddedRows
+from contract.onnx_io import PaddedRows
 from service.app import create_app
 from service.engine import Engine
 from service.runtime import ModelRunner

@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from model_export.onnx_io import PaddedRows
+from contract.onnx_io import PaddedRows
 from service.tasks.base import ModelRow
 
 

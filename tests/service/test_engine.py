@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model_export.bundle import BundleError, BundleSpec, write_spec
+from contract.bundle import BundleError, BundleSpec, write_spec
 from service.engine import MAX_TOKEN_OUTPUT_BYTES, Engine, batch_policy, input_chars
 from service.errors import BadRequest, NotReady
 from service.settings import Settings

@@ -4,8 +4,8 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from model_export.onnx_io import pad_token_rows
-from model_export.tasks import TASKS
+from contract.onnx_io import pad_token_rows
+from contract.tasks import TASKS
 from service.engine import token_output_width
 from service.runtime import OrtRunner, split_rows
 from tests.service.fakes import seq

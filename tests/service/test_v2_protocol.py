@@ -1,6 +1,6 @@
 """Open Inference Protocol v2 over HTTP, driven by a client nobody here wrote: ``tritonclient.http``.
 
-A real uvicorn server serves one tiny model per task (every task of ``model_export.tasks``). Each task's v2 answer
+A real uvicorn server serves one tiny model per task (every task of ``contract.tasks``). Each task's v2 answer
 is compared with the v1 route's answer for the same inputs and options: labels and JSON records equal, scores equal
 as float32. tritonclient sends binary tensor data by default; the JSON path (``binary_data=False``) is checked too.
 """
@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from model_export.tasks import TASK_NAMES
+from contract.tasks import TASK_NAMES
 from service.oip import LAYOUTS
 from service.settings import Settings
 from tests.service.apptools import free_port, real_server

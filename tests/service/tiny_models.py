@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from model_export.tasks import TASKS
+from contract.tasks import TASKS
 
 SERVED_TASKS = (
     "text-classification",
@@ -129,7 +129,7 @@ def export_with_torch(task: str, checkpoint: Path, folder: Path) -> None:
     import torch
     import transformers
 
-    from model_export.bundle import BundleSpec, write_spec
+    from contract.bundle import BundleSpec, write_spec
 
     folder.mkdir(parents=True, exist_ok=True)
     model = getattr(transformers, TASK_ARCHITECTURES[task]).from_pretrained(checkpoint, attn_implementation="eager")

@@ -9,7 +9,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer, models
 
-from model_export.tasks import FINETUNE_TASKS, task_spec
+from contract.tasks import FINETUNE_TASKS, task_spec
 from tests.training.conftest import TINY_BERT_CONFIG
 from training.checkpoint import CheckpointError
 from training.cli import build_parser

@@ -1,4 +1,4 @@
-"""Fill-mask evaluation scores the whole-word probes of model_export.mask_probes, the ones /v1/fill-mask is sent."""
+"""Fill-mask evaluation scores the whole-word probes of contract.mask_probes, the ones /v1/fill-mask is sent."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from model_export.mask_probes import MaskProbe, mask_probes
+from contract.mask_probes import MaskProbe, mask_probes
 from tests.training.conftest import TINY_BERT_CONFIG, TINY_CORPUS
 from training.data import DataError, read_text_lines
 from training.evaluation import MaskedWordEvaluation

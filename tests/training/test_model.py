@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model_export.tasks import TASKS
+from contract.tasks import TASKS
 from tests.training.conftest import TINY_BERT_CONFIG, max_abs_difference
 from training.checkpoint import load_model
 from training.model import ARCHITECTURES, BertConfig, BertForMaskedLM, BertForPreTraining, masked_lm_loss

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from model_export.tasks import task_spec
+from contract.tasks import task_spec
 from tests.training.conftest import TINY_CORPUS
 from training.checkpoint import load_model
 from training.cli import main

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer
 
-from model_export.files import read_json, token_text, tokenizer_settings
+from contract.files import read_json, token_text, tokenizer_settings
 from training.tokenizer import load_tokenizer, pad_token_id_of, save_tokenizer, train_wordpiece
 
 TEXTS = [

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from model_export.tasks import INPUT_NAMES
+from contract.tasks import INPUT_NAMES
 
 if TYPE_CHECKING:
     import onnxruntime as ort

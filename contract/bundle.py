@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model_export.tasks import INPUT_NAMES, TASK_NAMES, TASKS
+from contract.tasks import INPUT_NAMES, TASK_NAMES, TASKS
 
 SCHEMA_VERSION = 1
 BUNDLE_FILE = "bundle.json"
