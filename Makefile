@@ -31,7 +31,7 @@ browser:
 
 test: setup browser
 	$(PY) -m ruff check .
-	$(PY) -m mypy contract training model_export service
+	$(PY) -m mypy contract training model_export service demo
 	$(PY) -m pytest -q
 
 test-all: setup browser
@@ -39,10 +39,10 @@ test-all: setup browser
 
 lint: setup
 	$(PY) -m ruff check .
-	$(PY) -m mypy contract training model_export service
+	$(PY) -m mypy contract training model_export service demo
 
 demo: $(VENV)/.serve-installed
-	$(PY) docker/demo_models.py --out $(MODELS)
+	$(PY) -m demo --out $(MODELS)
 
 serve: demo
 	$(PY) -m service --models $(MODELS) --port $(PORT)

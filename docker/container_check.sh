@@ -141,7 +141,7 @@ while IFS= read -r line; do
         PASS*) record PASS "answer: ${line#PASS }" ;;
         FAIL*) record FAIL "answer: ${line#FAIL }" ;;
     esac
-done < <(python3 docker/demo_examples.py --url "http://127.0.0.1:$HOST_PORT" | cut -c1-200)
+done < <(python3 -m demo.examples --url "http://127.0.0.1:$HOST_PORT" | cut -c1-200)
 
 start=$SECONDS
 "${PODMAN[@]}" stop --time 40 "$CONTAINER" >/dev/null 2>&1 || true

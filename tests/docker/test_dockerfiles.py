@@ -114,7 +114,7 @@ def test_training_image_pins_cpu_torch() -> None:
     assert ("ARG", "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu") in instructions(
         DOCKER / "Dockerfile.train"
     )
-    # serve: the demo builder checks the models it built through the service's engines (docker/demo_check.py)
+    # serve: the demo builder checks the models it built through the service's engines (demo/check.py)
     assert '".[train,export,serve]"' in runs
 
 

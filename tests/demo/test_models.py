@@ -4,7 +4,7 @@ MiniLM models).
 Builds the missing demo bundles into ``$DEMO_MODELS_DIR`` (default: the repo's models/, as `make demo`
 does; finished bundles are reused), serves them with ``python -m service --models DIR`` and checks the
 four README requests with the checks docker/container_check.sh uses, then scores every bundle with
-docker/demo_check.py against its thresholds (NER entity precision on a long text, QA at the start, middle
+demo/check.py against its thresholds (NER entity precision on a long text, QA at the start, middle
 and end of a 5,000-word context, sentiment accuracy, fill-mask top-1).
 """
 
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker.conftest import DOCKER, REPO
+from demo import check
+from demo.examples import EXAMPLES, run_example
+from tests.docker.conftest import REPO
 from tests.docker.servers import start_server
 
 pytestmark = pytest.mark.slow
@@ -28,8 +30,8 @@ pytestmark = pytest.mark.slow
 def demo_models_dir() -> Path:
     folder = Path(os.environ.get("DEMO_MODELS_DIR", REPO / "models"))
     # --no-check: test_held_out_check_meets_its_thresholds checks every bundle, built now or before.
-    command = [sys.executable, str(DOCKER / "demo_models.py"), "--out", str(folder), "--no-check"]
-    subprocess.run(command, check=True, timeout=3600)
+    command = [sys.executable, "-m", "demo", "--out", str(folder), "--no-check"]
+    subprocess.run(command, check=True, timeout=3600, cwd=REPO)
     return folder
 
 
@@ -47,8 +49,6 @@ def test_every_demo_is_a_bundle_of_its_task(demo_models_dir: Path) -> None:
 
 
 def test_served_demo_models_answer_the_readme_examples(demo_models_dir: Path) -> None:
-    from demo_examples import EXAMPLES, run_example
-
     process, port = start_server(["--models", str(demo_models_dir), "--log-level", "warning"], ready_timeout_s=180)
     try:
         outcomes = {example.model: run_example(f"http://127.0.0.1:{port}", example) for example in EXAMPLES}
@@ -60,15 +60,13 @@ def test_served_demo_models_answer_the_readme_examples(demo_models_dir: Path) ->
 
 
 def test_held_out_check_meets_its_thresholds_but_qa(demo_models_dir: Path) -> None:
-    import demo_check
-
-    figures = demo_check.check_models(demo_models_dir, ["sentiment", "ner", "fill-mask"])
+    figures = check.check_models(demo_models_dir, ["sentiment", "ner", "fill-mask"])
     shown = json.dumps(figures, indent=2)
     assert set(figures) == {"sentiment", "ner", "fill-mask"}
     assert figures["ner"]["precision"] >= 0.9, shown
     assert figures["ner"]["recall"] >= 0.5, shown
     assert figures["ner"]["words"] >= 2500 and figures["ner"]["planted"] >= 55
-    failed = [problem for name, result in figures.items() for problem in demo_check.failures(name, result)]
+    failed = [problem for name, result in figures.items() for problem in check.failures(name, result)]
     assert not failed, shown
 
 
@@ -78,8 +76,6 @@ def test_held_out_check_meets_its_thresholds_but_qa(demo_models_dir: Path) -> No
     "people's facts it does not bind the answer to the asked name (1/9 with long-context training data too)",
 )
 def test_qa_answers_at_the_start_middle_and_end_of_a_long_context(demo_models_dir: Path) -> None:
-    import demo_check
-
-    figures = demo_check.check_models(demo_models_dir, ["qa"])["qa"]
+    figures = check.check_models(demo_models_dir, ["qa"])["qa"]
     assert figures["words"] >= 4900
     assert {place: figures[place] for place in ("start", "middle", "end")} == {"start": 3, "middle": 3, "end": 3}

@@ -1,9 +1,9 @@
 """Score built demo bundles on held-out inputs, in process, through the service's own engines.
 
-    python docker/demo_check.py --models models                 # one line per model; exit 1 below a threshold
-    python docker/demo_check.py --models models --only ner --json
+    python -m demo.check --models models                 # one line per model; exit 1 below a threshold
+    python -m demo.check --models models --only ner --json
 
-``docker/demo_heldout.py`` makes the inputs from names, cities, organisations, templates and seeds that training
+``demo/heldout.py`` makes the inputs from names, cities, organisations, templates and seeds that training
 never sees. Each request goes through what ``/v1/<task>`` runs (the request schema's defaults, then
 ``Engine.infer``: the handler's windowing, batching, ONNX Runtime, decoding), without HTTP:
 
@@ -28,10 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
-import demo_heldout
+from demo import heldout
 
 Figures = dict[str, Any]
 
@@ -61,7 +58,7 @@ async def _infer(engine: Any, request_type: Any, body: dict[str, Any]) -> list[A
 async def _check_ner(engine: Any) -> Figures:
     from service.schemas import TokenClassificationRequest
 
-    planted = demo_heldout.heldout_ner_text()
+    planted = heldout.heldout_ner_text()
     (entities,) = await _infer(engine, TokenClassificationRequest, {"model": engine.name, "inputs": planted.text})
     gold = set(planted.entities)
     predicted = [(int(e["start"]), int(e["end"]), str(e["entity_group"])) for e in entities]
@@ -89,22 +86,22 @@ async def _check_ner(engine: Any) -> Figures:
 async def _check_qa(engine: Any) -> Figures:
     from service.schemas import QuestionAnsweringRequest
 
-    planted = demo_heldout.heldout_qa_context()
+    planted = heldout.heldout_qa_context()
     results = []
     for probe in planted.probes:  # one question per request, as a client would ask (~110 windows each)
         body = {"model": engine.name, "inputs": {"question": probe.question, "context": planted.context}}
         results += await _infer(engine, QuestionAnsweringRequest, body)
-    figures: Figures = {placement: 0 for placement in demo_heldout.PLACEMENTS}
+    figures: Figures = {placement: 0 for placement in heldout.PLACEMENTS}
     answers = []
     for probe, found in zip(planted.probes, results, strict=True):
-        best = found[0] if found else {"answer": "", "start": -1, "end": -1, "score": 0.0}
+        best: dict[str, Any] = found[0] if found else {"answer": "", "start": -1, "end": -1, "score": 0.0}
         right = best["start"] == probe.start and best["end"] == probe.start + len(probe.answer)
         figures[probe.placement] += right
         verdict = "right" if right else f"want {probe.answer!r}"
         score = float(best["score"])
         answers.append(f"{probe.placement}: {probe.question} -> {best['answer']!r} ({verdict}, score {score:.3f})")
     figures.update(
-        right=sum(figures[placement] for placement in demo_heldout.PLACEMENTS),
+        right=sum(figures[placement] for placement in heldout.PLACEMENTS),
         questions=len(planted.probes),
         words=planted.words,
         answers=answers,
@@ -115,7 +112,7 @@ async def _check_qa(engine: Any) -> Figures:
 async def _check_sentiment(engine: Any) -> Figures:
     from service.schemas import TextClassificationRequest
 
-    rows = demo_heldout.heldout_sentiment()
+    rows = heldout.heldout_sentiment()
     results = await _infer(engine, TextClassificationRequest, {"model": engine.name, "inputs": [t for t, _ in rows]})
     right = sum(labels[0]["label"] == label for (_, label), labels in zip(rows, results, strict=True))
     misses = [text for (text, label), labels in zip(rows, results, strict=True) if labels[0]["label"] != label]
@@ -125,7 +122,7 @@ async def _check_sentiment(engine: Any) -> Figures:
 async def _check_fill_mask(engine: Any) -> Figures:
     from service.schemas import FillMaskRequest
 
-    probes = demo_heldout.heldout_fill_mask()
+    probes = heldout.heldout_fill_mask()
     results = await _infer(engine, FillMaskRequest, {"model": engine.name, "inputs": [t for t, _ in probes]})
     tops = []
     for predictions in results:
@@ -187,7 +184,7 @@ def summary(figures: Mapping[str, Any]) -> str:
             f"{figures['words']:,} words)"
         )
     if task == "question-answering":
-        placements = ", ".join(f"{p} {figures[p]}/3" for p in demo_heldout.PLACEMENTS)
+        placements = ", ".join(f"{p} {figures[p]}/3" for p in heldout.PLACEMENTS)
         return f"{figures['right']}/{figures['questions']} answers right ({placements}; {figures['words']:,} words)"
     if task == "text-classification":
         return f"accuracy {figures['accuracy']:.2f} ({figures['right']}/{figures['total']} reviews)"
@@ -212,7 +209,7 @@ def check_models(models: Path, names: list[str] | None = None, echo: bool = True
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m demo.check", description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, default=Path("models"), help="folder of bundle folders")
     parser.add_argument("--only", nargs="+", help="check only these bundle names")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON after the lines")
@@ -230,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
     if not results:
-        print(f"demo_check: no bundles under {args.models}", file=sys.stderr)
+        print(f"demo.check: no bundles under {args.models}", file=sys.stderr)
         return 1
     return 1 if problems else 0
 

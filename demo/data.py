@@ -6,8 +6,8 @@ vocabularies are wide enough that a model has to learn the pattern, not a handfu
 
 The served NER model sees a long text as windows of its ``max_length`` tokens, so its training data looks
 like such windows: most blocks are multi-sentence passages of up to ~90 words in which most sentences are
-everyday filler with no entity (music, the city, the river, days and months: all O). ``demo_heldout.py``
-makes the held-out inputs ``demo_check.py`` scores the built models on, from names, templates and filler
+everyday filler with no entity (music, the city, the river, days and months: all O). ``heldout.py``
+makes the held-out inputs ``check.py`` scores the built models on, from names, templates and filler
 that never appear here.
 """
 
@@ -287,7 +287,7 @@ NER_TEMPLATES = (
     "{PER} writes about music and film for {ORG} .",
     "The bank said {PER} would lead its office in {LOC} .",
 )
-# demo_check's NER text only: other sentence shapes, other names.
+# The NER demo's labels (IOB2), in the order training numbers them.
 NER_LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-MISC", "I-MISC")
 
 
@@ -351,7 +351,7 @@ def ner_sentences(rng: random.Random, count: int) -> list[TaggedTokens]:
 
 
 def write_ner(path: Path, rng: random.Random, count: int) -> None:
-    lines = []
+    lines: list[str] = []
     for sentence in ner_sentences(rng, count):
         lines.extend(f"{token} {tag}" for token, tag in sentence)
         lines.append("")

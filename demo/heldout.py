@@ -1,4 +1,4 @@
-"""Held-out inputs for ``demo_check.py``: names, filler, templates and seeds the demo training data never uses.
+"""Held-out inputs for ``demo/check.py``: names, filler, templates and seeds the demo training data never uses.
 
 Held-out names are whole words of the encoder's (uncased WordPiece) vocabulary, so the NER check measures
 telling entities from filler, not how the "simple" aggregation groups sub-words of an unseen name.
@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from demo_data import (
+from demo.data import (
     PROFESSIONS,
     PUNCTUATION,
     SUBJECTS,
@@ -22,7 +22,7 @@ from demo_data import (
     tagged_sentence,
 )
 
-# Held out: demo_check's inputs only. Each is one word of the encoder's vocabulary (tests check both).
+# Held out: the held-out check's inputs only. Each is one word of the encoder's vocabulary (tests check both).
 HELDOUT_FIRST_NAMES = (
     "Michael", "George", "Peter", "Henry", "Robert", "Helen", "Frank", "Karen", "Steven", "Richard", "Susan",
     "Nancy", "Kevin", "Brian", "Edward", "Linda", "Patricia", "Barbara", "Margaret", "Dorothy", "Sandra",

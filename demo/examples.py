@@ -2,8 +2,8 @@
 
 Standard library only, so the container check can run it with any ``python3``:
 
-    python3 docker/demo_examples.py --url http://127.0.0.1:8000          # PASS/FAIL per task, exit 1 on a FAIL
-    python3 docker/demo_examples.py --url http://127.0.0.1:8000 --curl   # curl commands + real outputs (markdown)
+    python3 -m demo.examples --url http://127.0.0.1:8000          # PASS/FAIL per task, exit 1 on a FAIL
+    python3 -m demo.examples --url http://127.0.0.1:8000 --curl   # curl commands + real outputs (markdown)
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def run_example(base_url: str, example: DemoExample) -> tuple[bool, str]:
 
 
 def curl_markdown(base_url: str) -> str:
-    """Each example as a curl command and the real response, for docker/README.md."""
+    """Each example as a curl command and the real response, for demo/README.md."""
     blocks = []
     for example in EXAMPLES:
         answer = post_json(base_url, example.route, example.body)
@@ -123,7 +123,7 @@ def curl_markdown(base_url: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python3 -m demo.examples", description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--curl", action="store_true", help="print curl commands with the real outputs")
     parser.add_argument("--only", nargs="*", help="check only these models (default: all four)")

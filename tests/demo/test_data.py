@@ -11,14 +11,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import demo_check
-import demo_data
-import demo_heldout
-import demo_models
 import pytest
 from tokenizers import Tokenizer
 
 from contract.decoding import default_stride
+from demo import build, check, data, heldout
+from demo.examples import EXAMPLES
 from model_export.__main__ import build_parser as export_parser
 from tests.service.tiny_models import build_tiny_models, cache_key
 from training.cli import build_parser as training_parser
@@ -26,16 +24,16 @@ from training.data import read_classification_rows, read_tagged_sentences, read_
 from training.squad import read_squad
 
 ENTITY_KINDS = {"PER", "LOC", "ORG", "MISC"}
-# Everyday words the NER demo must leave O in long texts (the failure demo_check guards against).
+# Everyday words the NER demo must leave O in long texts (the failure demo/check.py guards against).
 COMMON_WORDS = {"music", "city", "river", "people", "Monday", "Sunday", "January", "May", "August", "bank", "company"}
 TRAINING_NAMES = {
-    "FIRST": demo_data.PERSON_FIRST, "LAST": demo_data.PERSON_LAST, "LOC": demo_data.ENTITY_CITIES + demo_data.CITIES,
-    "ORG": demo_data.ENTITY_ORGANISATIONS, "MISC": demo_data.ENTITY_MISC,
+    "FIRST": data.PERSON_FIRST, "LAST": data.PERSON_LAST, "LOC": data.ENTITY_CITIES + data.CITIES,
+    "ORG": data.ENTITY_ORGANISATIONS, "MISC": data.ENTITY_MISC,
 }  # fmt: skip
 
 
-def spec_named(name: str) -> demo_models.DemoSpec:
-    return next(spec for spec in demo_models.DEMOS if spec.name == name)
+def spec_named(name: str) -> build.DemoSpec:
+    return next(spec for spec in build.DEMOS if spec.name == name)
 
 
 def option(args: tuple[str, ...], name: str) -> str:
@@ -54,7 +52,7 @@ def encoder_tokenizer() -> Tokenizer:
 
 def write(name: str, folder: Path, count: int, seed: int = 0) -> Path:
     path = folder / spec_named(name).data_file
-    demo_data.WRITERS[name](path, random.Random(seed), count)
+    data.WRITERS[name](path, random.Random(seed), count)
     return path
 
 
@@ -62,10 +60,10 @@ def test_sentiment_rows_are_balanced_varied_and_readable(tmp_path: Path) -> None
     rows = read_classification_rows(write("sentiment", tmp_path, 400))
     assert Counter(row.label for row in rows) == {"POSITIVE": 200, "NEGATIVE": 200}
     assert len({row.text for row in rows}) > 300
-    positive_words = set(demo_data.POSITIVE_WORDS)
+    positive_words = set(data.POSITIVE_WORDS)
     for row in rows:
         words = set(row.text.lower().replace(",", " ").replace(".", " ").replace("!", " ").split())
-        if words & positive_words and words & set(demo_data.NEGATIVE_WORDS):
+        if words & positive_words and words & set(data.NEGATIVE_WORDS):
             pytest.fail(f"mixed sentiment words in {row.text!r}")
 
 
@@ -81,7 +79,7 @@ def test_ner_blocks_are_valid_iob2_with_all_four_entity_kinds(tmp_path: Path) ->
             if tag != "O":
                 kinds_seen.add(tag[2:])
             if tag == "B-LOC":
-                assert any(city.split()[0] == token for city in demo_data.ENTITY_CITIES)
+                assert any(city.split()[0] == token for city in data.ENTITY_CITIES)
             previous = tag
     assert kinds_seen == ENTITY_KINDS
 
@@ -123,7 +121,7 @@ def test_text_lines_cover_the_fill_mask_example_frame(tmp_path: Path) -> None:
     assert sum(" is the capital of " in line for line in lines) > 20
 
 
-@pytest.mark.parametrize("name", sorted(demo_data.WRITERS))
+@pytest.mark.parametrize("name", sorted(data.WRITERS))
 def test_data_depends_only_on_the_seed(tmp_path: Path, name: str) -> None:
     first, second, other = (tmp_path / "a", tmp_path / "b", tmp_path / "c")
     for folder in (first, second, other):
@@ -133,8 +131,8 @@ def test_data_depends_only_on_the_seed(tmp_path: Path, name: str) -> None:
     assert paths[0].read_bytes() != paths[2].read_bytes()
 
 
-@pytest.mark.parametrize("spec", demo_models.DEMOS, ids=lambda spec: spec.name)
-def test_command_lines_parse_with_the_training_and_export_clis(spec: demo_models.DemoSpec) -> None:
+@pytest.mark.parametrize("spec", build.DEMOS, ids=lambda spec: spec.name)
+def test_command_lines_parse_with_the_training_and_export_clis(spec: build.DemoSpec) -> None:
     training = training_parser().parse_args(
         ["finetune", "--task", spec.task, "--base", "b", "--train", "t", "--out", "o", *spec.finetune_args]
     )
@@ -155,46 +153,46 @@ def test_ner_is_served_with_the_windows_it_is_trained_on() -> None:
 
 def test_held_out_lists_and_templates_are_disjoint_from_training() -> None:
     training_words = {word.lower() for pool in TRAINING_NAMES.values() for name in pool for word in name.split()}
-    for kind, pool in demo_heldout.HELDOUT_POOLS.items():
+    for kind, pool in heldout.HELDOUT_POOLS.items():
         clash = {name for name in pool if name.lower() in training_words}
         assert not clash, f"held-out {kind} also used in training: {clash}"
-    assert not set(demo_heldout.CHECK_NER_TEMPLATES) & set(demo_data.NER_TEMPLATES)
+    assert not set(heldout.CHECK_NER_TEMPLATES) & set(data.NER_TEMPLATES)
     for field in ("subjects", "actions", "places", "times", "standalone"):
-        shared = set(getattr(demo_heldout.CHECK_FILLER, field)) & set(getattr(demo_data.TRAINING_FILLER, field))
+        shared = set(getattr(heldout.CHECK_FILLER, field)) & set(getattr(data.TRAINING_FILLER, field))
         assert not shared, f"filler {field} shared: {shared}"
     for check_words, training in (
-        (demo_heldout.CHECK_POSITIVE_WORDS, demo_data.POSITIVE_WORDS + demo_data.NEGATIVE_WORDS),
-        (demo_heldout.CHECK_NEGATIVE_WORDS, demo_data.POSITIVE_WORDS + demo_data.NEGATIVE_WORDS),
-        (demo_heldout.CHECK_REVIEW_SUBJECTS, demo_data.REVIEW_SUBJECTS),
-        (demo_heldout.CHECK_POSITIVE_TEMPLATES, demo_data.POSITIVE_TEMPLATES),
-        (demo_heldout.CHECK_NEGATIVE_TEMPLATES, demo_data.NEGATIVE_TEMPLATES),
+        (heldout.CHECK_POSITIVE_WORDS, data.POSITIVE_WORDS + data.NEGATIVE_WORDS),
+        (heldout.CHECK_NEGATIVE_WORDS, data.POSITIVE_WORDS + data.NEGATIVE_WORDS),
+        (heldout.CHECK_REVIEW_SUBJECTS, data.REVIEW_SUBJECTS),
+        (heldout.CHECK_POSITIVE_TEMPLATES, data.POSITIVE_TEMPLATES),
+        (heldout.CHECK_NEGATIVE_TEMPLATES, data.NEGATIVE_TEMPLATES),
     ):
         assert not set(check_words) & set(training)
-    assert not {country for country, _ in demo_heldout.CHECK_CAPITALS} & {country for country, _ in demo_data.CAPITALS}
+    assert not {country for country, _ in heldout.CHECK_CAPITALS} & {country for country, _ in data.CAPITALS}
 
 
 def test_held_out_names_are_whole_words_of_the_encoder_vocabulary(encoder_tokenizer: Tokenizer) -> None:
-    for kind, pool in demo_heldout.HELDOUT_POOLS.items():
+    for kind, pool in heldout.HELDOUT_POOLS.items():
         pieces = {name: encoder_tokenizer.encode(name, add_special_tokens=False).tokens for name in pool}
         split = {name: tokens for name, tokens in pieces.items() if len(tokens) != 1}
         assert not split, f"held-out {kind} names split into word pieces: {split}"
 
 
 def test_held_out_ner_text_plants_about_sixty_entities_in_long_filler() -> None:
-    planted = demo_heldout.heldout_ner_text()
+    planted = heldout.heldout_ner_text()
     assert 2500 <= planted.words <= 3000
     assert 55 <= len(planted.entities) <= 65
     assert {kind for _, _, kind in planted.entities} == ENTITY_KINDS
-    held_out = {word for pool in demo_heldout.HELDOUT_POOLS.values() for name in pool for word in name.split()}
+    held_out = {word for pool in heldout.HELDOUT_POOLS.values() for name in pool for word in name.split()}
     for start, end, _ in planted.entities:
         assert set(planted.text[start:end].split()) <= held_out, planted.text[start:end]
     training_names = {word for key in ("FIRST", "LAST", "ORG") for name in TRAINING_NAMES[key] for word in name.split()}
     assert not set(re.findall(r"[A-Z][a-z]+", planted.text)) & (training_names - {"Bank", "United", "University"})
-    assert planted.text == demo_heldout.heldout_ner_text().text, "the check's text depends only on its seed"
+    assert planted.text == heldout.heldout_ner_text().text, "the check's text depends only on its seed"
 
 
 def test_held_out_qa_context_plants_three_people_at_start_middle_and_end() -> None:
-    planted = demo_heldout.heldout_qa_context()
+    planted = heldout.heldout_qa_context()
     assert 4900 <= planted.words <= 5200
     assert Counter(probe.placement for probe in planted.probes) == {"start": 3, "middle": 3, "end": 3}
     length = len(planted.context)
@@ -208,29 +206,27 @@ def test_held_out_qa_context_plants_three_people_at_start_middle_and_end() -> No
 
 
 def test_held_out_sentiment_and_fill_mask_probes() -> None:
-    rows = demo_heldout.heldout_sentiment()
+    rows = heldout.heldout_sentiment()
     assert Counter(label for _, label in rows) == {"POSITIVE": 20, "NEGATIVE": 20}
-    probes = demo_heldout.heldout_fill_mask()
+    probes = heldout.heldout_fill_mask()
     assert len(probes) >= 10 and all(text.count("[MASK]") == 1 for text, _ in probes)
 
 
 def test_check_thresholds_flag_precision_recall_and_every_qa_placement() -> None:
     good_ner = {"task": "token-classification", "precision": 0.95, "recall": 0.9}
-    assert demo_check.failures("ner", good_ner) == []
-    assert len(demo_check.failures("ner", {**good_ner, "precision": 0.89})) == 1
-    assert len(demo_check.failures("ner", {**good_ner, "precision": 0.0, "recall": 0.0})) == 2
+    assert check.failures("ner", good_ner) == []
+    assert len(check.failures("ner", {**good_ner, "precision": 0.89})) == 1
+    assert len(check.failures("ner", {**good_ner, "precision": 0.0, "recall": 0.0})) == 2
     good_qa = {"task": "question-answering", "start": 3, "middle": 3, "end": 3}
-    assert demo_check.failures("qa", good_qa) == []
-    assert demo_check.failures("qa", {**good_qa, "start": 2}) == ["qa: held-out start 2/3 right"]
-    assert demo_check.failures("sentiment", {"task": "text-classification", "accuracy": 0.7})
-    assert not demo_check.failures("fill-mask", {"task": "fill-mask", "top1": 0.9})
+    assert check.failures("qa", good_qa) == []
+    assert check.failures("qa", {**good_qa, "start": 2}) == ["qa: held-out start 2/3 right"]
+    assert check.failures("sentiment", {"task": "text-classification", "accuracy": 0.7})
+    assert not check.failures("fill-mask", {"task": "fill-mask", "top1": 0.9})
 
 
 def test_demo_names_match_the_readme_examples() -> None:
-    from demo_examples import EXAMPLES
-
-    assert [example.model for example in EXAMPLES] == [spec.name for spec in demo_models.DEMOS]
-    assert {example.body["model"] for example in EXAMPLES} == set(demo_data.WRITERS)
+    assert [example.model for example in EXAMPLES] == [spec.name for spec in build.DEMOS]
+    assert {example.body["model"] for example in EXAMPLES} == set(data.WRITERS)
 
 
 def test_finished_bundles_are_skipped(
@@ -238,7 +234,7 @@ def test_finished_bundles_are_skipped(
 ) -> None:
     cache = Path(pytestconfig.cache.mkdir("bertserve-tiny-models"))
     tiny = build_tiny_models(cache / cache_key())
-    task_of = {spec.name: spec.task for spec in demo_models.DEMOS}
+    task_of = {spec.name: spec.task for spec in build.DEMOS}
     for name, task in task_of.items():
         shutil.copytree(tiny[task].bundle, tmp_path / name)
 
@@ -246,27 +242,27 @@ def test_finished_bundles_are_skipped(
         raise AssertionError(f"nothing should run when every bundle is built: {args}")
 
     monkeypatch.setattr(subprocess, "Popen", refuse)
-    assert demo_models.main(["--out", str(tmp_path)]) == 0
+    assert build.main(["--out", str(tmp_path)]) == 0
     (tmp_path / "qa" / "bundle.json").unlink()
-    assert not demo_models.is_built(tmp_path / "qa")
-    assert demo_models.is_built(tmp_path / "ner")
+    assert not build.is_built(tmp_path / "qa")
+    assert build.is_built(tmp_path / "ner")
 
 
 def test_a_failing_step_names_itself_and_shows_the_log_tail(tmp_path: Path) -> None:
     command = [sys.executable, "-c", "import sys; print('the reason it broke'); sys.exit(3)"]
     with pytest.raises(RuntimeError, match=r"(?s)demo x: training failed \(exit 3\).*the reason it broke"):
-        demo_models.run_step("demo x: training", command, tmp_path / "train.log", echo=False)
+        build.run_step("demo x: training", command, tmp_path / "train.log", echo=False)
 
 
 def test_a_step_gets_the_extra_environment(tmp_path: Path) -> None:
     command = [sys.executable, "-c", "import os; print(os.environ['TQDM_MININTERVAL'], os.environ['HF_HUB_OFFLINE'])"]
-    demo_models.run_step("demo x: training", command, tmp_path / "t.log", echo=False, env={"TQDM_MININTERVAL": "30"})
+    build.run_step("demo x: training", command, tmp_path / "t.log", echo=False, env={"TQDM_MININTERVAL": "30"})
     assert (tmp_path / "t.log").read_text().split() == ["30", "1"]
 
 
 def test_step_output_goes_to_its_log_and_to_the_console(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     command = [sys.executable, "-c", "print('step one'); print('step two')"]
-    wall, cpu = demo_models.run_step("demo x: export", command, tmp_path / "export.log", echo=True)
+    wall, cpu = build.run_step("demo x: export", command, tmp_path / "export.log", echo=True)
     assert (tmp_path / "export.log").read_text().splitlines() == ["step one", "step two"]
     assert "step one\nstep two" in capfd.readouterr().out
     assert wall > 0 and cpu >= 0
@@ -278,7 +274,7 @@ def _fake_build(
     """Training and export replaced by a metrics.json and a tiny bundle; the check by ``figures`` per task."""
     cache = Path(pytestconfig.cache.mkdir("bertserve-tiny-models"))
     tiny = build_tiny_models(cache / cache_key())
-    specs = {spec.name: spec for spec in demo_models.DEMOS}
+    specs = {spec.name: spec for spec in build.DEMOS}
 
     def fake_step(what: str, command: list[str], log_file: Path, echo: bool = True, env: dict | None = None):
         name, step = what.split(": ")
@@ -293,10 +289,10 @@ def _fake_build(
         log_file.write_text("train:  50%|#####     | 3/7\r" * 500)
         return 2.0, 1.0
 
-    monkeypatch.setattr(demo_models, "run_step", fake_step)
-    monkeypatch.setattr(demo_models, "base_model_path", lambda: tmp_path)
+    monkeypatch.setattr(build, "run_step", fake_step)
+    monkeypatch.setattr(build, "base_model_path", lambda: tmp_path)
     monkeypatch.setattr(
-        demo_models.demo_check, "check_bundle", lambda name, folder: {**figures[specs[name].task], "seconds": 1.0}
+        check, "check_bundle", lambda name, folder: {**figures[specs[name].task], "seconds": 1.0}
     )
 
 
@@ -317,17 +313,17 @@ def test_the_build_prints_one_line_per_model_with_steps_times_and_held_out_figur
     tmp_path: Path, pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _fake_build(tmp_path, pytestconfig, monkeypatch, GOOD_FIGURES)
-    assert demo_models.main(["--out", str(tmp_path / "models"), "--work", str(tmp_path / "work")]) == 0
+    assert build.main(["--out", str(tmp_path / "models"), "--work", str(tmp_path / "work")]) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
     model_lines = [line for line in lines if line.startswith("[")]
     assert len(model_lines) == 4 and len(lines) == 6, captured.out
-    for line, spec in zip(model_lines, demo_models.DEMOS, strict=True):
-        assert line.startswith(f"[{demo_models.DEMOS.index(spec) + 1}/4] {spec.name}: ")
+    for line, spec in zip(model_lines, build.DEMOS, strict=True):
+        assert line.startswith(f"[{build.DEMOS.index(spec) + 1}/4] {spec.name}: ")
         assert "7 steps trained in 2 s" in line and "exported in 2 s" in line and "; held-out " in line
     assert "entity precision 0.95" in captured.out and "9/9 answers right (start 3/3" in captured.out
     assert "DEMO CHECK FAILED" not in captured.err
-    assert all(demo_models.is_built(tmp_path / "models" / spec.name) for spec in demo_models.DEMOS)
+    assert all(build.is_built(tmp_path / "models" / spec.name) for spec in build.DEMOS)
 
 
 @pytest.mark.parametrize("strict", [False, True])
@@ -342,6 +338,6 @@ def test_a_figure_below_its_threshold_is_reported_loudly(
     figures["question-answering"]["answers"] = ["start: Where was X born? -> 'Lyon' (want 'Leeds', score 0.4)"]
     _fake_build(tmp_path, pytestconfig, monkeypatch, figures)
     argv = ["--out", str(tmp_path / "models"), "--only", "qa", *(["--strict"] if strict else [])]
-    assert demo_models.main(argv) == (3 if strict else 0)
+    assert build.main(argv) == (3 if strict else 0)
     err = capsys.readouterr().err
     assert "below their held-out thresholds" in err and "qa: held-out start 2/3 right" in err and "want 'Leeds'" in err
