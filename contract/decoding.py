@@ -409,11 +409,6 @@ def encode_word_lists(tokenizer: Tokenizer, word_lists: Sequence[Sequence[str]])
     return results
 
 
-def encode_words(tokenizer: Tokenizer, words: Sequence[str]) -> WordWindows:
-    """``encode_word_lists`` for one list of words."""
-    return encode_word_lists(tokenizer, [words])[0]
-
-
 def label_words(
     encoded: WordWindows, logits: Sequence[np.ndarray], id2label: Mapping[int, str]
 ) -> list[dict[str, Any]]:

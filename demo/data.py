@@ -191,9 +191,6 @@ TRAINING_FILLER = FillerGrammar(
 )
 
 
-def filler_sentences(rng: random.Random, count: int, grammar: FillerGrammar = TRAINING_FILLER) -> list[list[str]]:
-    return [grammar.sentence(rng) for _ in range(count)]
-
 # --- sentiment ----------------------------------------------------------------------------------
 
 REVIEW_SUBJECTS = (
@@ -358,7 +355,6 @@ def write_ner(path: Path, rng: random.Random, count: int) -> None:
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
-
 # --- question answering -------------------------------------------------------------------------
 
 
@@ -414,7 +410,6 @@ def write_squad(path: Path, rng: random.Random, count: int) -> None:
     path.write_text(json.dumps(squad_document(rng, count), ensure_ascii=False), encoding="utf-8")
 
 
-
 # --- fill-mask ----------------------------------------------------------------------------------
 
 CAPITALS = (
@@ -449,8 +444,6 @@ def text_lines(rng: random.Random, count: int) -> list[str]:
 
 def write_text(path: Path, rng: random.Random, count: int) -> None:
     path.write_text("\n".join(text_lines(rng, count)) + "\n", encoding="utf-8")
-
-
 
 
 WRITERS: dict[str, Callable[[Path, random.Random, int], None]] = {

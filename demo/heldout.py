@@ -100,7 +100,6 @@ CHECK_FILLER = FillerGrammar(
 )
 
 
-
 CHECK_NER_TEMPLATES = (
     "Last April , {PER} opened a small bakery in {LOC} .",
     "{PER} played the violin at a concert hall in {LOC} .",
@@ -267,8 +266,6 @@ def _join(sentences: Sequence[str]) -> tuple[str, list[int]]:
     return " ".join(sentences), starts
 
 
-
-
 @dataclass(frozen=True)
 class QAProbe:
     placement: str
@@ -335,7 +332,6 @@ def heldout_qa_context(seed: int = 2022, words: int = 5000) -> PlantedContext:
             start = sentence_start + _word_offset(sentences[block_at[placement] + number], answer)
             probes.append(QAProbe(placement, question.format(name=person.name), answer, start))
     return PlantedContext(context, probes)
-
 
 
 CHECK_REVIEW_SUBJECTS = (

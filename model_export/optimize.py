@@ -6,7 +6,6 @@ Every function reads one ONNX file and writes another as a single file (no exter
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,6 @@ def save_single_file(model: onnx.ModelProto, path: Path) -> None:
     if model.ByteSize() > MAX_SINGLE_FILE_BYTES:
         raise ExportError(f"{path.name}: the graph is over 2 GiB and cannot be stored as one file")
     onnx.save_model(model, str(path), save_as_external_data=False)
-
-
-def operator_counts(path: Path) -> Counter[str]:
-    """How often each op type occurs in the top-level graph."""
-    return Counter(node.op_type for node in onnx.load(str(path), load_external_data=False).graph.node)
-
-
-def attention_node_count(path: Path) -> int:
-    counts = operator_counts(path)
-    return sum(counts[op] for op in ATTENTION_OPS)
 
 
 def _fuse(source: Path, num_heads: int, hidden_size: int, num_layers: int, use_gpu: bool) -> tuple[Any, dict[str, int]]:

@@ -122,7 +122,7 @@ class HealthResponse(BaseModel):
         json_schema_extra={"examples": [{"status": "ok", "models": {"sst2": True, "conll": True}}]}
     )
 
-    status: Literal["ok", "not_ready", "shutting_down"]
+    status: Literal["ok"] = Field(description="Always ok: a service that is not ready answers 503 with an error body.")
     models: dict[str, bool] = Field(default_factory=dict, description="Model name -> ready.")
 
 

@@ -23,7 +23,6 @@ from contract.decoding import (
     decode_qa_answers,
     encode_question_contexts,
     encode_word_lists,
-    encode_words,
     label_words,
     resolve_window,
     windowing_tokenizer,
@@ -75,7 +74,7 @@ def test_word_spans_point_into_the_joined_text() -> None:
 
 
 def test_each_word_takes_the_label_of_its_first_sub_token(base: Tokenizer) -> None:
-    encoded = encode_words(windowing_tokenizer(base, 128, 32), WORDS)
+    encoded = encode_word_lists(windowing_tokenizer(base, 128, 32), [WORDS])[0]
     (window,) = encoded.windows
     whole = base.encode(WORDS, is_pretokenized=True)
     assert window.ids == whole.ids
@@ -99,7 +98,7 @@ def test_each_word_takes_the_label_of_its_first_sub_token(base: Tokenizer) -> No
 
 
 def test_labels_use_id2label_and_the_softmax_of_the_first_sub_token(base: Tokenizer) -> None:
-    encoded = encode_words(windowing_tokenizer(base, 128, 32), ["Schwarzenegger", "rejects"])
+    encoded = encode_word_lists(windowing_tokenizer(base, 128, 32), [["Schwarzenegger", "rejects"]])[0]
     (window,) = encoded.windows
     logits = np.zeros((len(window.ids), 3), dtype=np.float32)
     first, second = (token for _, token in encoded.label_tokens)
@@ -137,7 +136,7 @@ def expected_label_tokens(words: list[str], windows: list[Encoding], whole: Enco
 def test_a_word_in_two_windows_is_labelled_where_it_has_more_context(base: Tokenizer) -> None:
     words = (WORDS * 6)[:60]
     max_length, stride = 16, 6
-    encoded = encode_words(windowing_tokenizer(base, max_length, stride), words)
+    encoded = encode_word_lists(windowing_tokenizer(base, max_length, stride), [words])[0]
     whole = base.encode(words, is_pretokenized=True)
     assert len(encoded.windows) > 4 and all(len(window.ids) <= max_length for window in encoded.windows)
     expected = expected_label_tokens(words, encoded.windows, whole)
@@ -176,7 +175,7 @@ def test_a_batch_of_word_lists_equals_one_list_at_a_time(base: Tokenizer) -> Non
     lists = [WORDS, ["Paris"], WORDS[::-1]]
     batch = encode_word_lists(tokenizer, lists)
     for words, encoded in zip(lists, batch, strict=True):
-        alone = encode_words(tokenizer, words)
+        (alone,) = encode_word_lists(tokenizer, [words])  # one list: tokenizer.encode, not encode_batch
         assert encoded.words == tuple(words) and encoded.label_tokens == alone.label_tokens
         assert [window.ids for window in encoded.windows] == [window.ids for window in alone.windows]
 
@@ -188,12 +187,12 @@ def test_a_batch_of_word_lists_equals_one_list_at_a_time(base: Tokenizer) -> Non
 )
 def test_words_that_cannot_be_labelled_are_decode_input_errors(base: Tokenizer, words: list) -> None:
     with pytest.raises(DecodeInputError):
-        encode_words(windowing_tokenizer(base, 32, 8), words)
+        encode_word_lists(windowing_tokenizer(base, 32, 8), [words])
 
 
 def test_an_unconfigured_tokenizer_is_refused(base: Tokenizer) -> None:
     with pytest.raises(ValueError, match="windowing_tokenizer"):
-        encode_words(base, WORDS)
+        encode_word_lists(base, [WORDS])
     with pytest.raises(ValueError, match="windowing_tokenizer"):
         encode_question_contexts(windowing_tokenizer(base, 32, 8), [("q?", "c")], 101)  # longest_first, not only_second
     assert issubclass(DecodeInputError, ValueError)
