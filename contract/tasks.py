@@ -71,6 +71,27 @@ def _relevance_head(id2label: Mapping[int, str]) -> str | None:
     return None
 
 
+def _pair_classifier(
+    name: str,
+    pipeline_defaults: MappingProxyType[str, Any],
+    labels_rule: Callable[[Mapping[int, str]], str | None],
+) -> TaskSpec:
+    """A sequence classifier scoring (text, text) pairs: chosen with --task, never detected from a checkpoint, not
+    fine-tuned here; its head's labels (``needs_labels``) say how a logit becomes a score."""
+    return TaskSpec(
+        name=name,
+        outputs=("logits",),
+        token_level=frozenset(),
+        architecture="BertForSequenceClassification",
+        sources=frozenset({"BertForSequenceClassification"}),
+        detect_from=frozenset(),
+        primary_metric=None,
+        needs_labels=True,
+        pipeline_defaults=pipeline_defaults,
+        labels_rule=labels_rule,
+    )
+
+
 TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
@@ -134,30 +155,14 @@ TASKS: dict[str, TaskSpec] = {
             detect_from=frozenset({"BertModel"}),
             primary_metric=None,
         ),
-        TaskSpec(
-            # A cross-encoder: [CLS] query [SEP] document [SEP] -> one relevance logit (sigmoid) or two labels
-            # (softmax, the second is relevant). A sequence classifier: chosen with --task rerank, never detected.
-            name="rerank",
-            outputs=("logits",),
-            token_level=frozenset(),
-            architecture="BertForSequenceClassification",
-            sources=frozenset({"BertForSequenceClassification"}),
-            detect_from=frozenset(),
-            primary_metric=None,
-            needs_labels=True,  # the head's labels: their count says how a logit becomes a score
-            pipeline_defaults=_frozen(top_n=None, return_documents=False),
-            labels_rule=_relevance_head,
+        # A cross-encoder: [CLS] query [SEP] document [SEP] -> one relevance logit (sigmoid) or two labels (softmax,
+        # the second is relevant).
+        _pair_classifier(
+            "rerank", pipeline_defaults=_frozen(top_n=None, return_documents=False), labels_rule=_relevance_head
         ),
-        TaskSpec(
-            # An NLI classifier scoring (sequence, hypothesis) pairs: transformers' zero-shot-classification pipeline.
-            name="zero-shot-classification",
-            outputs=("logits",),
-            token_level=frozenset(),
-            architecture="BertForSequenceClassification",
-            sources=frozenset({"BertForSequenceClassification"}),
-            detect_from=frozenset(),
-            primary_metric=None,
-            needs_labels=True,
+        # An NLI classifier scoring (sequence, hypothesis) pairs: transformers' zero-shot-classification pipeline.
+        _pair_classifier(
+            "zero-shot-classification",
             pipeline_defaults=_frozen(hypothesis_template="This example is {}.", multi_label=False),
             labels_rule=_nli_head,
         ),

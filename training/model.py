@@ -5,95 +5,20 @@ Module and parameter names equal the keys of a transformers BERT state dict, so 
 mask, softmax) rather than via scaled_dot_product_attention: onnxruntime's optimizer only fuses that pattern.
 
 Shapes: B batch, T sequence length, H hidden size, N heads, D head size (H = N * D), V vocabulary, L labels.
+The configuration (config.json's fields) is in config.py, the heads' losses in losses.py.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
-
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "gelu": F.gelu,
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-    "silu": F.silu,
-    "swish": F.silu,
-}
-
-
-@dataclass
-class BertConfig:
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
-    initializer_range: float = 0.02
-    # num_labels only seeds id2label when that is absent (as in HF); afterwards it is len(id2label).
-    num_labels: int | None = None
-    id2label: dict[int, str] | None = None
-    label2id: dict[str, int] | None = None
-    problem_type: str | None = None
-    classifier_dropout: float | None = None
-    architectures: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.id2label is None:
-            self.id2label = {i: f"LABEL_{i}" for i in range(2 if self.num_labels is None else self.num_labels)}
-        self.id2label = {int(i): str(label) for i, label in sorted(self.id2label.items(), key=lambda kv: int(kv[0]))}
-        self.num_labels = len(self.id2label)
-        if self.label2id is None or set(self.label2id) != set(self.id2label.values()):
-            self.label2id = {label: i for i, label in self.id2label.items()}
-        self.label2id = {str(label): int(i) for label, i in self.label2id.items()}
-        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
-            raise ValueError(f"problem_type must be one of {PROBLEM_TYPES} or None, got {self.problem_type!r}")
-        if self.hidden_act not in ACTIVATIONS:
-            raise ValueError(f"hidden_act {self.hidden_act!r} is not supported; known: {sorted(ACTIVATIONS)}")
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"
-            )
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> BertConfig:
-        """Build from an HF config.json dict; keys this model has no use for are ignored."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in values.items() if key in known})
-
-    def with_overrides(self, **overrides: Any) -> BertConfig:
-        """A copy with some fields replaced; num_labels without id2label gives fresh LABEL_i names."""
-        values = self.to_dict()
-        if "num_labels" in overrides and "id2label" not in overrides:
-            values.pop("id2label")
-            values.pop("label2id")
-        if "id2label" in overrides and "label2id" not in overrides:
-            values.pop("label2id")
-        values.update(overrides)
-        return BertConfig.from_dict(values)
-
-    def to_dict(self) -> dict[str, Any]:
-        """HF-compatible config.json content (JSON object keys are strings, hence id2label's str keys)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        assert self.id2label is not None
-        values["id2label"] = {str(i): label for i, label in self.id2label.items()}
-        values["architectures"] = list(self.architectures)
-        return {"model_type": "bert", "position_embedding_type": "absolute", **values}
+from training.config import ACTIVATIONS, BertConfig
+from training.losses import masked_lm_loss, sequence_classification_loss
 
 
 class BertEmbeddings(nn.Module):
@@ -307,50 +232,61 @@ class BertOnlyMLMHead(nn.Module):
         self.predictions = BertLMPredictionHead(config)
 
 
-class BertPreTrainingHeads(nn.Module):
+class BertPreTrainingHeads(BertOnlyMLMHead):
     def __init__(self, config: BertConfig):
-        super().__init__()
-        self.predictions = BertLMPredictionHead(config)
+        super().__init__(config)
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
-def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """logits (B, T, V), labels (B, T) -> mean cross entropy over the positions whose label is not -100.
+# --- task models: the encoder (self.bert) and a head ------------------------------------------------------------
 
-    A batch with no such position (a few short lines can draw no [MASK] at all) gives 0, not the NaN of a plain
-    mean over nothing, and that 0 still backpropagates (zero gradients). Computed in float32 under autocast too.
-    """
-    total = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), reduction="sum")
-    return total / labels.ne(-100).sum().clamp(min=1)
+Outputs = dict[str, torch.Tensor]
 
 
-class TiedMaskedLMModule(BertPreTrainedModule):
-    """A model with an MLM head (``self.cls.predictions``) whose decoder shares the word embeddings."""
+class BertWithHead(BertPreTrainedModule):
+    """``forward`` encodes; the subclass's ``head`` turns the encoding (and any training targets: labels, start and
+    end positions) into the HF outputs: logits, and a loss when targets are given. A subclass adds its head's
+    modules after ``super().__init__`` and then calls ``init_weights``."""
 
-    def tie_weights(self) -> None:
-        owner: Any = self  # subclasses define .bert and .cls in __init__
-        predictions = owner.cls.predictions
-        predictions.decoder.weight = owner.bert.embeddings.word_embeddings.weight
-        predictions.decoder.bias = predictions.bias
+    head: Callable[..., Outputs]
 
-
-class BertForPreTraining(TiedMaskedLMModule):
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, add_pooling_layer: bool):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config)
-        self.cls = BertPreTrainingHeads(config)
-        self.init_weights()
+        self.bert = BertModel(config, add_pooling_layer)
 
     def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        next_sentence_label: torch.Tensor | None = None,
-    ) -> dict[str, torch.Tensor]:
-        encoded = self.bert(input_ids, attention_mask, token_type_ids)
+        **targets: torch.Tensor | None,
+    ) -> Outputs:
+        return self.head(self.bert(input_ids, attention_mask, token_type_ids), **targets)
+
+
+class TiedMaskedLMModule(BertWithHead):
+    """A model with an MLM head (``self.cls.predictions``) whose decoder shares the word embeddings."""
+
+    cls: BertOnlyMLMHead
+
+    def tie_weights(self) -> None:
+        predictions = self.cls.predictions
+        predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+        predictions.decoder.bias = predictions.bias
+
+
+class BertForPreTraining(TiedMaskedLMModule):
+    cls: BertPreTrainingHeads
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config, add_pooling_layer=True)
+        self.cls = BertPreTrainingHeads(config)
+        self.init_weights()
+
+    def head(
+        self, encoded: Outputs, labels: torch.Tensor | None = None, next_sentence_label: torch.Tensor | None = None
+    ) -> Outputs:
         outputs = {
             "prediction_logits": self.cls.predictions(encoded["last_hidden_state"]),  # (B, T, V)
             "seq_relationship_logits": self.cls.seq_relationship(encoded["pooler_output"]),  # (B, 2)
@@ -368,90 +304,66 @@ class BertForPreTraining(TiedMaskedLMModule):
 
 class BertForMaskedLM(TiedMaskedLMModule):
     def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False)
+        super().__init__(config, add_pooling_layer=False)
         self.cls = BertOnlyMLMHead(config)
         self.init_weights()
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-    ) -> dict[str, torch.Tensor]:
-        hidden = self.bert(input_ids, attention_mask, token_type_ids)["last_hidden_state"]
-        outputs = {"logits": self.cls.predictions(hidden)}  # (B, T, V)
+    def head(self, encoded: Outputs, labels: torch.Tensor | None = None) -> Outputs:
+        outputs = {"logits": self.cls.predictions(encoded["last_hidden_state"])}  # (B, T, V)
         if labels is not None:
             outputs["loss"] = masked_lm_loss(outputs["logits"], labels)
         return outputs
 
 
-def sequence_classification_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type: str | None) -> torch.Tensor:
-    """HF's rule: without a problem_type, one label means regression, integer labels single-label, else multi-label."""
-    num_labels = logits.size(-1)
-    if problem_type is None:
-        if num_labels == 1:
-            problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            problem_type = "single_label_classification"
-        else:
-            problem_type = "multi_label_classification"
-    if problem_type == "regression":
-        if num_labels == 1:
-            return F.mse_loss(logits.squeeze(), labels.squeeze().to(logits.dtype))
-        return F.mse_loss(logits, labels.to(logits.dtype))
-    if problem_type == "single_label_classification":
-        return F.cross_entropy(logits.view(-1, num_labels), labels.view(-1))
-    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+class LinearClassifierModule(BertWithHead):
+    """Dropout and one linear layer to num_labels: over the pooled [CLS] output (sequence classification) or over
+    every token (token classification, ``per_token``)."""
 
+    per_token: bool
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (logits, labels) -> loss
 
-class BertForSequenceClassification(BertPreTrainedModule):
     def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config)
+        super().__init__(config, add_pooling_layer=not self.per_token)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
         assert config.num_labels is not None
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.init_weights()
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-    ) -> dict[str, torch.Tensor]:
-        pooled = self.bert(input_ids, attention_mask, token_type_ids)["pooler_output"]  # (B, H)
-        outputs = {"logits": self.classifier(self.dropout(pooled))}  # (B, L)
+    def head(self, encoded: Outputs, labels: torch.Tensor | None = None) -> Outputs:
+        features = encoded["last_hidden_state"] if self.per_token else encoded["pooler_output"]  # (B, T, H) or (B, H)
+        outputs = {"logits": self.classifier(self.dropout(features))}  # (B, T, L) or (B, L)
         if labels is not None:
-            outputs["loss"] = sequence_classification_loss(outputs["logits"], labels, self.config.problem_type)
+            outputs["loss"] = self.loss(outputs["logits"], labels)
         return outputs
 
 
-class BertForQuestionAnswering(BertPreTrainedModule):
+class BertForSequenceClassification(LinearClassifierModule):
+    per_token = False
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return sequence_classification_loss(logits, labels, self.config.problem_type)
+
+
+class BertForTokenClassification(LinearClassifierModule):
+    per_token = True
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1))
+
+
+class BertForQuestionAnswering(BertWithHead):
     def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False)
+        super().__init__(config, add_pooling_layer=False)
         if config.num_labels != 2:
             raise ValueError(f"question answering needs num_labels == 2 (start, end), got {config.num_labels}")
         self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
         self.init_weights()
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        start_positions: torch.Tensor | None = None,
-        end_positions: torch.Tensor | None = None,
-    ) -> dict[str, torch.Tensor]:
-        hidden = self.bert(input_ids, attention_mask, token_type_ids)["last_hidden_state"]
-        start_logits, end_logits = self.qa_outputs(hidden).split(1, dim=-1)  # 2 x (B, T, 1)
+    def head(
+        self, encoded: Outputs, start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None
+    ) -> Outputs:
+        start_logits, end_logits = self.qa_outputs(encoded["last_hidden_state"]).split(1, dim=-1)  # 2 x (B, T, 1)
         outputs = {
             "start_logits": start_logits.squeeze(-1).contiguous(),  # (B, T)
             "end_logits": end_logits.squeeze(-1).contiguous(),  # (B, T)
@@ -464,31 +376,6 @@ class BertForQuestionAnswering(BertPreTrainedModule):
             start_loss = F.cross_entropy(outputs["start_logits"], start, ignore_index=ignored_index)
             end_loss = F.cross_entropy(outputs["end_logits"], end, ignore_index=ignored_index)
             outputs["loss"] = (start_loss + end_loss) / 2
-        return outputs
-
-
-class BertForTokenClassification(BertPreTrainedModule):
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
-        assert config.num_labels is not None
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.init_weights()
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-    ) -> dict[str, torch.Tensor]:
-        hidden = self.bert(input_ids, attention_mask, token_type_ids)["last_hidden_state"]
-        outputs = {"logits": self.classifier(self.dropout(hidden))}  # (B, T, L)
-        if labels is not None:
-            outputs["loss"] = F.cross_entropy(outputs["logits"].view(-1, outputs["logits"].size(-1)), labels.view(-1))
         return outputs
 
 

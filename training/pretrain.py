@@ -15,8 +15,9 @@ from torch import nn
 
 from training.checkpoint import save_model
 from training.data import DataError, Feature
+from training.losses import masked_lm_loss
 from training.metrics import MlmAccumulator
-from training.model import BertConfig, BertForPreTraining, masked_lm_loss
+from training.model import BertConfig, BertForPreTraining
 from training.pretrain_data import MlmCollator, corpus_to_nsp_features
 from training.tokenizer import load_tokenizer, pad_token_id_of, save_tokenizer, train_wordpiece
 from training.train import Runtime, TensorBatch, TrainingArguments, train

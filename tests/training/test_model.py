@@ -14,7 +14,8 @@ from torch import nn
 from contract.tasks import TASKS
 from tests.training.conftest import TINY_BERT_CONFIG, max_abs_difference
 from training.checkpoint import load_model
-from training.model import ARCHITECTURES, BertConfig, BertForMaskedLM, BertForPreTraining, masked_lm_loss
+from training.losses import masked_lm_loss
+from training.model import ARCHITECTURES, BertConfig, BertForMaskedLM, BertForPreTraining
 
 PARITY_TOLERANCE = 1e-5
 SaveHfBert = Callable[..., tuple[nn.Module, Path]]

@@ -5,7 +5,8 @@ import torch.nn.functional as F
 
 from training import model as model_module
 from training import pretrain as pretrain_module
-from training.model import BertConfig, BertForMaskedLM, BertForPreTraining, masked_lm_loss
+from training.losses import masked_lm_loss
+from training.model import BertConfig, BertForMaskedLM, BertForPreTraining
 from training.pretrain import masked_lm_training_loss, pretraining_loss
 
 
