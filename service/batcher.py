@@ -1,9 +1,14 @@
-"""Queue of model rows from many requests, cut into padded-token-budgeted batches.
+"""Queue of model rows from many requests, cut into padded-token-budgeted batches; admission by cost.
 
 The event loop submits a request's rows and awaits one future; each of the model's worker threads calls
 ``next_batch`` (blocking) and then ``complete`` or ``fail``; new rows wake the idle worker with the lowest
 number. Futures are resolved on their own loop with ``call_soon_threadsafe``, once per batch and loop.
-Rows of cancelled, timed-out or failed requests are dropped before they reach the model.
+
+Admission counts work, not requests: a request brings ``rows x tokens``, the queue holds the tokens queued ahead
+of it, and the model's measured seconds per token (from batches it ran) turns both into time. A request that
+would not finish within ``ADMIT_WITHIN`` of its deadline is refused before any model work: 429 with a
+``Retry-After`` of the queue's excess, or 413 when it alone needs more than that. Rows of cancelled, timed-out or
+failed requests, and rows whose deadline passed while queued, are dropped before they reach the model.
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ from service.settings import Settings
 from service.tasks.base import ModelRow
 
 RowOutputs = dict[str, np.ndarray]
+
+# Admit a request only when the work ahead of it and its own should end within this share of its deadline: the
+# rest is headroom for the rate estimate's error and for the batches already running.
+ADMIT_WITHIN = 0.4
+RATE_SMOOTHING = 0.2  # weight of the newest batch in the seconds-per-token average
+SHED_REASONS = ("queue_full", "over_budget", "too_big", "expired")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +69,7 @@ class PendingRequest:
     future: asyncio.Future[list[RowOutputs]]
     outputs: list[RowOutputs | None]
     remaining: int
+    deadline: float = math.inf  # time.perf_counter() by which the answer is due
     cancelled: bool = False
     failed: bool = False
     timer: asyncio.TimerHandle | None = None
@@ -156,10 +168,13 @@ def _reject(requests: list[PendingRequest], error: BaseException) -> None:
             request.future.set_exception(error)
 
 
-def _expire(request: PendingRequest, timeout_s: float) -> None:
+def _expire(request: PendingRequest, timeout_s: float | None) -> None:
     request.cancelled = True
+    if request.timer is not None:
+        request.timer.cancel()
     if not request.future.done():
-        request.future.set_exception(RequestTimeout(f"request timed out after {timeout_s:g} s"))
+        waited = "its deadline" if timeout_s is None else f"{timeout_s:g} s"
+        request.future.set_exception(RequestTimeout(f"request timed out after {waited}"))
 
 
 class Batcher:
@@ -173,46 +188,99 @@ class Batcher:
         self._idle: list[tuple[int, threading.Condition]] = []
         self.workers = workers  # how many workers take batches
         self._closed = False
-        self._rows_per_s = 0.0
+        self._suspended: NotReady | None = None  # set while the model has no live worker
+        self._queued_tokens = 0  # tokens of the rows in _queue, live or not
+        self._seconds_per_token: float | None = None  # one worker's, measured on batches of >= rate_min_tokens
+        self.rate_min_tokens = min(256, policy.max_batch_tokens)
+        self._last_purge = 0.0
         self.dropped_rows = 0
+        self.shed = dict.fromkeys(SHED_REASONS, 0)  # requests refused or dropped unanswered, by reason
+        self.wasted_seconds = 0.0  # model time spent on rows nobody was waiting for any more
 
     @property
     def queue_depth(self) -> int:
         return len(self._queue)
 
     @property
-    def closed(self) -> bool:
-        return self._closed
+    def suspended(self) -> bool:
+        return self._suspended is not None
+
+    @property
+    def seconds_per_token(self) -> float | None:
+        """One worker's measured model time per real token (None until a large enough batch ran)."""
+        return self._seconds_per_token
 
     def submit(self, sequences: list[ModelRow], timeout_s: float | None = None) -> PendingRequest:
-        """Queue one request's rows (on the event loop); raise Overloaded when the queue is full."""
+        """Queue one request's rows (on the event loop). Refuses work that cannot end in time: PayloadTooLarge
+        when the request alone cannot, Overloaded when the queue ahead of it is too long or too many rows."""
         loop = asyncio.get_running_loop()
-        request = PendingRequest(loop, loop.create_future(), [None] * len(sequences), len(sequences))
+        now = time.perf_counter()
+        deadline = math.inf if timeout_s is None else now + timeout_s
+        request = PendingRequest(loop, loop.create_future(), [None] * len(sequences), len(sequences), deadline)
         if not sequences:
             request.future.set_result([])
             return request
         if len(sequences) > self.policy.max_queue:
+            self.shed["too_big"] += 1
             raise PayloadTooLarge(
                 f"the request needs {len(sequences)} rows; model {self.name} queues at most {self.policy.max_queue}"
             )
-        now = time.perf_counter()
         items = [WorkItem(request, i, seq, len(seq), now) for i, seq in enumerate(sequences)]
+        tokens = sum(item.length for item in items)
         with self._lock:
             if self._closed:
                 raise NotReady(f"model {self.name} is shutting down")
+            if self._suspended is not None:
+                raise NotReady(self._suspended.message)
             if len(self._queue) + len(items) > self.policy.max_queue:
-                self._purge_locked()
+                self._purge_locked(now, force=True)
                 if len(self._queue) + len(items) > self.policy.max_queue:
+                    self.shed["queue_full"] += 1
                     raise Overloaded(
                         f"model {self.name} has {len(self._queue)} rows queued (limit {self.policy.max_queue})",
-                        retry_after_s=self._retry_after_locked(len(items)),
+                        retry_after_s=self._retry_after_locked(self._queued_tokens + tokens, 0.0),
                     )
+            if timeout_s is not None:
+                self._admit_locked(tokens, len(items), timeout_s, now)
             self._queue.extend(items)
+            self._queued_tokens += tokens
             if self._idle:  # waking a busy worker costs a GIL hand-off per request
                 self._wake_lowest_locked()
         if timeout_s is not None:
             request.timer = loop.call_later(timeout_s, _expire, request, timeout_s)
         return request
+
+    def estimate_seconds(self, tokens: int, rows: int) -> float | None:
+        """Model time for ``rows`` rows of ``tokens`` tokens in all, spread over the workers (None: not measured)."""
+        if self._seconds_per_token is None:
+            return None
+        return tokens * self._seconds_per_token / max(1, min(self.workers, rows))
+
+    def _admit_locked(self, tokens: int, rows: int, timeout_s: float, now: float) -> None:
+        own = self.estimate_seconds(tokens, rows)
+        if own is None:
+            return
+        budget = ADMIT_WITHIN * timeout_s
+        if own > budget:
+            self.shed["too_big"] += 1
+            raise PayloadTooLarge(
+                f"the request's {tokens} tokens need about {own:.1f} s of model {self.name}'s time, more than the "
+                f"{budget:g} s it may take of its {timeout_s:g} s deadline: send fewer or shorter inputs"
+            )
+        if self._queued_tokens + tokens > 0 and self._over_budget_locked(tokens, own, budget):
+            self._purge_locked(now, force=False)
+            if self._over_budget_locked(tokens, own, budget):
+                self.shed["over_budget"] += 1
+                ahead = self._queued_tokens * (self._seconds_per_token or 0.0) / self.workers
+                raise Overloaded(
+                    f"model {self.name} has about {ahead:.1f} s of work queued; this request would not end within "
+                    f"its {timeout_s:g} s deadline",
+                    retry_after_s=self._retry_after_locked(self._queued_tokens + tokens, budget),
+                )
+
+    def _over_budget_locked(self, tokens: int, own: float, budget: float) -> bool:
+        ahead = self._queued_tokens * (self._seconds_per_token or 0.0) / self.workers
+        return ahead + own > budget
 
     async def run(self, sequences: list[ModelRow], timeout_s: float | None = None) -> list[RowOutputs]:
         """Submit rows and wait for their outputs; a cancelled caller's rows never reach the model."""
@@ -253,9 +321,11 @@ class Batcher:
     def complete(self, batch: WorkBatch, rows: list[RowOutputs], elapsed_s: float) -> None:
         """Hand each row's outputs to its request; resolve requests whose rows are all done."""
         finished: dict[asyncio.AbstractEventLoop, list[PendingRequest]] = {}
+        unwanted = 0
         for item, row in zip(batch.items, rows, strict=True):
             request = item.request
             if not request.live:
+                unwanted += 1
                 continue
             request.outputs[item.index] = row
             request.remaining -= 1
@@ -263,9 +333,19 @@ class Batcher:
                 finished.setdefault(request.loop, []).append(request)
         for loop, requests in finished.items():
             self._call_on(loop, _resolve, requests)
-        if elapsed_s > 0:
-            rate = len(batch.items) / elapsed_s
-            self._rows_per_s = rate if self._rows_per_s == 0 else 0.8 * self._rows_per_s + 0.2 * rate
+        if unwanted:
+            self.wasted_seconds += elapsed_s * unwanted / len(batch.items)
+        self.record_rate(batch.real_tokens, elapsed_s)
+
+    def record_rate(self, real_tokens: int, elapsed_s: float) -> None:
+        """Fold one batch's model time into the seconds-per-token estimate (batches too small to tell are skipped)."""
+        if elapsed_s <= 0 or real_tokens < self.rate_min_tokens:
+            return
+        measured = elapsed_s / real_tokens
+        known = self._seconds_per_token
+        if known is not None:
+            measured = (1 - RATE_SMOOTHING) * known + RATE_SMOOTHING * measured
+        self._seconds_per_token = measured
 
     def fail(self, batch: WorkBatch, error: ServiceError) -> None:
         """Fail every live request with a row in ``batch``; their other queued rows get dropped."""
@@ -285,8 +365,22 @@ class Batcher:
             if not drain and self._queue:
                 self.fail(WorkBatch(self._queue), error or NotReady(f"model {self.name} stopped"))
                 self._queue = []
+                self._queued_tokens = 0
             for _, waiting in self._idle:
                 waiting.notify()
+
+    def suspend(self, error: NotReady) -> None:
+        """The model has no live worker: fail what is queued with ``error`` and refuse new rows until ``resume``."""
+        with self._lock:
+            self._suspended = error
+            if self._queue:
+                self.fail(WorkBatch(self._queue), error)
+                self._queue = []
+                self._queued_tokens = 0
+
+    def resume(self) -> None:
+        with self._lock:
+            self._suspended = None
 
     @staticmethod
     def _call_on(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
@@ -309,29 +403,45 @@ class Batcher:
             return True
         return max(item.length for item in self._queue) * len(self._queue) >= self.policy.max_batch_tokens
 
-    def _purge_locked(self) -> None:
+    def _purge_locked(self, now: float, force: bool) -> None:
+        """Drop queued rows of requests nobody waits for (at most every 50 ms unless ``force``)."""
+        if not force and now - self._last_purge < 0.05:
+            return
+        self._last_purge = now
         live = [item for item in self._queue if item.request.live]
         self.dropped_rows += len(self._queue) - len(live)
         self._queue = live
+        self._queued_tokens = sum(item.length for item in live)
 
-    def _retry_after_locked(self, rows: int) -> int:
-        if self._rows_per_s <= 0:
+    def _retry_after_locked(self, tokens: int, budget: float) -> int:
+        """Seconds until the queue has drained enough for ``tokens`` more to fit in ``budget`` (1 when unknown)."""
+        if self._seconds_per_token is None:
             return 1
-        return max(1, math.ceil((len(self._queue) + rows) / self._rows_per_s))
+        excess = tokens * self._seconds_per_token / self.workers - budget
+        return max(1, math.ceil(excess))
 
     def _take_batch_locked(self) -> WorkBatch | None:
         queue = self._queue
+        now = time.perf_counter()
         candidates: list[WorkItem] = []
         position = 0
+        taken_tokens = 0
         while position < len(queue) and len(candidates) < self.policy.lookahead:
             item = queue[position]
             position += 1
-            if item.request.live:
+            taken_tokens += item.length
+            request = item.request
+            if request.live and request.deadline <= now:
+                request.cancelled = True
+                self.shed["expired"] += 1
+                self._call_on(request.loop, _expire, request, None)
+            if request.live:
                 candidates.append(item)
             else:
                 self.dropped_rows += 1
         if not candidates:
             self._queue = queue[position:]
+            self._queued_tokens -= taken_tokens
             return None
         chosen = choose_rows(
             [item.length for item in candidates],
@@ -342,4 +452,5 @@ class Batcher:
         chosen_set = set(chosen)
         leftovers = [item for k, item in enumerate(candidates) if k not in chosen_set]
         self._queue = leftovers + queue[position:]
+        self._queued_tokens -= taken_tokens - sum(item.length for item in leftovers)
         return WorkBatch([candidates[k] for k in chosen])

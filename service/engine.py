@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +28,7 @@ from service.batcher import Batcher, BatchPolicy
 from service.errors import BadRequest, NotReady, RequestTimeout
 from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
 from service.settings import EMBEDDING_TASK, Settings
+from service.supervision import WorkerPool
 from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler
 from service.token_cap import check_token_cap
 from service.tuning import BatchingChoice, tune_runner
@@ -132,11 +133,13 @@ class Engine:
         executor: ThreadPoolExecutor | None = None,
         observer: BatchObserver | None = None,
         batching: BatchingChoice | None = None,
-        more_runners: Sequence[ModelRunner] = (),
+        workers: int = 1,
+        make_runner: Callable[[], ModelRunner] | None = None,
         solo_runner: ModelRunner | None = None,
     ) -> None:
-        """``runner`` and each of ``more_runners`` get a worker thread; all take batches from one queue. The first
-        worker runs ``solo_runner`` instead when the others are idle (a lone request gets every core)."""
+        """``workers`` threads share ``runner``, all taking batches from one queue; ``make_runner`` builds the fresh
+        session that replaces it when a worker dies (None: not replaced). The first worker runs ``solo_runner``
+        instead when the others are idle (a lone request gets every core)."""
         self.name = name
         self.bundle = bundle
         self.handler = handler
@@ -148,19 +151,19 @@ class Engine:
         if bundle.spec.task == EMBEDDING_TASK:
             # One embeddings request may bring max_embedding_inputs texts, one row each: the queue holds one such.
             policy = dataclasses.replace(policy, max_queue=max(policy.max_queue, settings.max_embedding_inputs))
-        runners = [runner, *more_runners]
-        self.batcher = Batcher(policy, name, workers=len(runners))
-        self.workers = [
-            Worker(name, self.batcher, each, context.pad_token_id, token_level, observer, number)
-            for number, each in enumerate(runners)
-        ]
-        self.worker = self.workers[0]
-        self.worker.solo_runner = solo_runner if more_runners else None
+        self.batcher = Batcher(policy, name, workers=workers)
+        self.pool = WorkerPool(
+            name, self.batcher, runner, make_runner, workers, context.pad_token_id, token_level, observer, solo_runner
+        )
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix=f"prepare-{name}")
         self._started = False
         self._warmed_up = False
         self._stopping = False
+
+    @property
+    def workers(self) -> list[Worker]:
+        return self.pool.workers
 
     @classmethod
     def from_bundle(
@@ -196,17 +199,22 @@ class Engine:
             served, batching = tune_runner(name, bundle.model_path, outputs, context, runner, settings, cap)
         threads = batching.intra_op_threads if batching is not None else settings.intra_op_threads
         workers = settings.model_workers
-        # with every worker busy each session gets its share of the cores; a lone batch may have them all
+        spin = settings.intra_op_spinning
+
+        def make_runner(threads: int = threads) -> ModelRunner:
+            return OrtRunner(bundle.model_path, outputs, threads, spin)
+
+        # with every worker busy each shares the session's threads; a lone batch may have every core (opt-in:
+        # the second session holds the weights a second time)
         solo_threads = min(os.cpu_count() or 1, threads * workers)
-        try:
-            spin = settings.intra_op_spinning
-            more = [OrtRunner(bundle.model_path, outputs, threads, spin) for _ in range(workers - 1)]
-            solo = None
-            if workers > 1 and solo_threads > threads:
-                solo = OrtRunner(bundle.model_path, outputs, solo_threads, spin)
-        except Exception as exc:
-            raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
-        return cls(name, bundle, handler, context, served, settings, executor, observer, batching, more, solo)
+        solo = None
+        if settings.solo_session and workers > 1 and solo_threads > threads:
+            try:
+                solo = make_runner(solo_threads)
+            except Exception as exc:
+                raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
+        return cls(name, bundle, handler, context, served, settings, executor, observer, batching, workers,
+                   make_runner, solo)  # fmt: skip
 
     @property
     def task(self) -> str:
@@ -214,7 +222,7 @@ class Engine:
 
     @property
     def ready(self) -> bool:
-        return self._warmed_up and not self._stopping and all(worker.alive for worker in self.workers)
+        return self._warmed_up and not self._stopping and self.pool.live > 0 and not self.batcher.suspended
 
     @property
     def info(self) -> ModelInfo:
@@ -226,23 +234,37 @@ class Engine:
             max_length=spec.max_length,
             quantization=spec.quantization,
             precision=spec.precision,
-            batching={**self.batching.to_json(), "workers": len(self.workers)},
+            batching={
+                **self.batching.to_json(),
+                "workers": len(self.workers),
+                "solo_session": self.pool.solo_runner is not None,
+            },
             quantization_eval=dict(spec.quantization_eval),
         )
 
     async def start(self) -> None:
-        """Start the workers and run one warm-up batch through the whole path."""
+        """Start the workers, run one warm-up batch through the whole path and one that measures the model's
+        time per token (what admission by cost needs before traffic has measured it)."""
         if not self._started:
             self._started = True
-            for worker in self.workers:
-                worker.start()
+            self.pool.start()
         if not self._warmed_up:
             started = time.perf_counter()
             ctx = self.context
             ids = np.array([ctx.cls_token_id] + [ctx.mask_token_id] * 6 + [ctx.sep_token_id], dtype=np.int64)
             await self.batcher.run([ModelRow(ids, np.zeros_like(ids))], self.settings.timeout_s)
+            await self.batcher.run(self._rate_probe(), self.settings.timeout_s)
             self._warmed_up = True
             logger.info("model %s (%s) warmed up in %.3f s", self.name, self.task, time.perf_counter() - started)
+
+    def _rate_probe(self) -> list[ModelRow]:
+        """Rows of the longest length the model takes, enough for one batch of ``rate_min_tokens``."""
+        ctx, policy = self.context, self.batcher.policy
+        length = max(2, min(ctx.max_length, policy.max_batch_tokens))
+        count = max(1, min(policy.max_batch_size, policy.max_batch_tokens // length,
+                           -(-self.batcher.rate_min_tokens // length)))  # fmt: skip
+        ids = np.array([ctx.cls_token_id] + [ctx.mask_token_id] * (length - 2) + [ctx.sep_token_id], dtype=np.int64)
+        return [ModelRow(ids, np.zeros_like(ids)) for _ in range(count)]
 
     async def infer(self, inputs: list[Any], params: Any) -> list[Any]:
         """One request: prepare (inline when short, else thread pool) -> batcher -> postprocess; a result per input."""
@@ -287,10 +309,10 @@ class Engine:
     async def stop(self, drain: bool = True, timeout_s: float = 30.0) -> None:
         """Refuse new requests; finish (``drain``) or fail queued ones; stop the worker."""
         self._stopping = True
+        self.pool.stop()
         self.batcher.close(drain=drain)
         if self._started:
-            for worker in self.workers:
-                await asyncio.to_thread(worker.join, timeout_s)
+            await asyncio.to_thread(self.pool.join, timeout_s)
         if self._own_executor:
             self._executor.shutdown(wait=False)
 

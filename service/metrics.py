@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from service.runtime import BatchStats
 from service.settings import TUNED_SETTINGS
 from service.tuning import BatchingChoice
+
+if TYPE_CHECKING:
+    from service.engine import Engine
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -80,6 +85,13 @@ class ServiceMetrics:
             registry=reg,
         )
 
+        self.engines = EngineCollector()
+        reg.register(self.engines)
+
+    def watch_engine(self, engine: Engine) -> None:
+        """Export the engine's admission, waste and worker counters (read when /metrics is scraped)."""
+        self.engines.engines[engine.name] = engine
+
     def observer(self, model: str, task: str) -> ModelMetrics:
         return ModelMetrics(self, model, task)
 
@@ -117,3 +129,52 @@ class ModelMetrics:
         self.inference_seconds.observe(stats.inference_seconds)
         if stats.failed:
             self.failed_batches.inc()
+
+
+class EngineCollector:
+    """Counters the engines keep themselves: requests shed before running, model time nobody waited for,
+    dropped rows, worker replacements and live workers, and the measured seconds per token admission uses."""
+
+    def __init__(self) -> None:
+        self.engines: dict[str, Engine] = {}
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        shed = CounterMetricFamily(
+            "bertserve_shed_requests",
+            "Requests refused or dropped before their rows ran, by reason (queue_full: row cap; over_budget: the "
+            "queued work would not end in time; too_big: the request alone would not; expired: deadline passed "
+            "while queued)",
+            labels=[*MODEL_LABELS, "reason"],
+        )
+        wasted = CounterMetricFamily(
+            "bertserve_wasted_model_seconds",
+            "Model time spent on rows whose request had already ended",
+            labels=MODEL_LABELS,
+        )
+        dropped = CounterMetricFamily(
+            "bertserve_dropped_rows", "Queued rows of ended requests dropped before they ran", labels=MODEL_LABELS
+        )
+        restarts = CounterMetricFamily(
+            "bertserve_worker_restarts", "Dead workers replaced with a fresh session", labels=MODEL_LABELS
+        )
+        alive = GaugeMetricFamily("bertserve_workers_alive", "Live worker threads per model", labels=MODEL_LABELS)
+        rate = GaugeMetricFamily(
+            "bertserve_seconds_per_token",
+            "One worker's measured model time per real token (what admission by cost estimates with)",
+            labels=MODEL_LABELS,
+        )
+        for name, engine in self.engines.items():
+            labels = [name, engine.task]
+            batcher = engine.batcher
+            for reason, count in batcher.shed.items():
+                shed.add_metric([*labels, reason], count)
+            wasted.add_metric(labels, batcher.wasted_seconds)
+            dropped.add_metric(labels, batcher.dropped_rows)
+            restarts.add_metric(labels, engine.pool.restarts)
+            alive.add_metric(labels, engine.pool.live)
+            if batcher.seconds_per_token is not None:
+                rate.add_metric(labels, batcher.seconds_per_token)
+        yield from (shed, wasted, dropped, restarts, alive, rate)

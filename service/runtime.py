@@ -1,27 +1,45 @@
-"""The worker threads of a model, each owning its ONNX Runtime session (worker 0 may own a second one, with more
-threads, for batches that run while every other worker is idle).
+"""A model's ONNX Runtime session and the worker threads that share it.
 
-It takes batches from the batcher, pads them, runs the session once per batch, cuts the outputs
-back into per-row arrays and hands them to the batcher. A failing batch fails only its own
-requests; the worker logs and keeps serving. If the thread itself dies, ``alive`` turns False.
+A worker takes batches from the batcher, pads them, runs the session once per batch, cuts the outputs back into
+per-row arrays and hands them to the batcher. A failing batch fails only its own requests (500) and the worker
+goes on; after ``RETIRE_AFTER_FAILURES`` failed batches in a row, or if the thread itself dies, the worker fails
+its batch with a 503 naming the model, turns ``alive`` False and calls ``on_death`` (the engine replaces it with a
+fresh session: service/supervision.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import onnxruntime as ort
 
 from contract.onnx_io import PaddedRows, ort_session, pad_token_rows
 from service.batcher import Batcher, RowOutputs, WorkBatch
 from service.errors import InferenceError, NotReady
 
 logger = logging.getLogger(__name__)
+
+RETIRE_AFTER_FAILURES = 3
+# Batches of at least this many padded tokens give their activations back to the system when they end: the arena
+# otherwise keeps the largest batch's peak for good, and at this size a fresh allocation costs little.
+SHRINK_ARENA_TOKENS = 2048
+
+
+def release_free_memory() -> None:
+    """Hand freed heap pages back to the system (glibc keeps the model file's parse buffers otherwise)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        logger.debug("malloc_trim is not available here")
+
 
 def split_rows(outputs: dict[str, np.ndarray], lengths: list[int], token_level: frozenset[str]) -> list[RowOutputs]:
     """Per-row views: token-level outputs (B, T, ...) cut to (len, ...), the others (B, ...) -> (...)."""
@@ -53,10 +71,15 @@ class OrtRunner:
         self.output_names = output_names
         self.output_shapes = {node.name: list(node.shape) for node in self.session.get_outputs()}
         self._input_names = [inp.name for inp in self.session.get_inputs()]
+        self._shrink = ort.RunOptions()
+        self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
 
     def run(self, batch: PaddedRows) -> dict[str, np.ndarray]:
         feeds = batch.feeds
-        arrays = self.session.run(list(self.output_names), {name: feeds[name] for name in self._input_names})
+        ids = feeds["input_ids"]
+        options = self._shrink if ids.shape[0] * ids.shape[1] >= SHRINK_ARENA_TOKENS else None
+        inputs = {name: feeds[name] for name in self._input_names}
+        arrays = self.session.run(list(self.output_names), inputs, options)
         return dict(zip(self.output_names, arrays, strict=True))
 
 
@@ -75,7 +98,7 @@ class BatchObserver(Protocol):
 
 
 class Worker:
-    """The thread that serves one batcher with one runner."""
+    """The thread that serves one batcher with the model's shared runner."""
 
     def __init__(
         self,
@@ -87,8 +110,11 @@ class Worker:
         observer: BatchObserver | None = None,
         number: int = 0,  # among the model's workers
         solo_runner: ModelRunner | None = None,
+        on_death: Callable[[Worker], None] | None = None,
     ) -> None:
-        """``solo_runner`` (a session with more threads) runs the batches taken while every other worker is idle."""
+        """``solo_runner`` (a session with more threads) runs the batches taken while every other worker is idle.
+        ``on_death`` is called (on this thread) when the worker retires; without it a dead worker closes the
+        batcher, failing what is queued."""
         self.name = name
         self.number = number
         self.solo_runner = solo_runner
@@ -97,9 +123,9 @@ class Worker:
         self.pad_token_id = pad_token_id
         self.token_level = token_level
         self.observer = observer
+        self.on_death = on_death
         self.died: BaseException | None = None
-        self.batches_served = 0
-        self.batches_failed = 0
+        self.failures_in_a_row = 0
         self._thread = threading.Thread(target=self._serve, name=f"bertserve-worker-{name}-{number}", daemon=True)
 
     @property
@@ -117,13 +143,24 @@ class Worker:
         try:
             while (batch := self.batcher.next_batch(self.number)) is not None:
                 self._run_batch(batch)
+                batch = None
+                if self.failures_in_a_row >= RETIRE_AFTER_FAILURES:
+                    raise SessionFailed(f"{self.failures_in_a_row} batches failed in a row")
         except BaseException as exc:
-            self.died = exc
-            logger.critical("worker for model %s died: %r; the model is no longer served", self.name, exc)
-            error = NotReady(f"model {self.name} is not being served (its worker died)")
+            self._retire(exc, batch)
+
+    def _retire(self, exc: BaseException, batch: WorkBatch | None) -> None:
+        self.died = exc
+        error = NotReady(f"model {self.name} lost a worker ({exc!r}); it is being replaced, retry shortly")
+        if self.on_death is None:
+            logger.critical("a worker of model %s died: %r; the model is no longer served", self.name, exc)
             self.batcher.close(drain=False, error=error)  # first: nobody may queue behind a dead worker
-            if batch is not None:
-                self.batcher.fail(batch, error)
+        else:
+            logger.error("worker %d of model %s died: %r; replacing it", self.number, self.name, exc)
+        if batch is not None:
+            self.batcher.fail(batch, error)
+        if self.on_death is not None:
+            self.on_death(self)
 
     def _run_batch(self, batch: WorkBatch) -> None:
         started = time.perf_counter()
@@ -138,11 +175,11 @@ class Worker:
             rows = split_rows(outputs, padded.lengths, self.token_level)
         except Exception as exc:
             failed = True
-            self.batches_failed += 1
+            self.failures_in_a_row += 1
             logger.exception("batch of %d rows failed on model %s", len(batch.items), self.name)
             self.batcher.fail(batch, InferenceError(f"inference failed on model {self.name}: {exc}"))
         else:
-            self.batches_served += 1
+            self.failures_in_a_row = 0
             self.batcher.complete(batch, rows, time.perf_counter() - started)
         elapsed = time.perf_counter() - started
         if self.observer is not None:
@@ -152,3 +189,7 @@ class Worker:
                 )
             except Exception:
                 logger.exception("batch observer failed for model %s", self.name)
+
+
+class SessionFailed(Exception):
+    """A worker's session kept failing batches: the worker retires and a fresh session replaces it."""

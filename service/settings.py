@@ -44,13 +44,20 @@ class Settings(BaseSettings):
         description="ONNX Runtime threads per session (per model call); the default is min(2, CPU count / the "
         "default model_workers).",
     )
-    # Two one-thread sessions beat one two-thread session on 2 cores (benchmarks/results/ab/model-workers-*.md):
+    # Two one-thread callers beat one two-thread session on 2 cores (benchmarks/results/ab/model-workers-*.md):
     # no thread-pool barrier per operator for the event loop to stall, and a batch runs while the next forms.
+    # They share one session (Run is thread-safe): the weights are held once.
     model_workers: int = Field(
         default_factory=default_model_workers,
         ge=1,
-        description="ONNX Runtime sessions per model, each owned by its own worker thread and fed from the model's "
-        "one queue (each holds the model's weights; intra_op_threads is per session). Default: min(2, CPU count).",
+        description="Worker threads per model, all fed from the model's one queue and running batches at once on "
+        "its one ONNX Runtime session (the weights are held once; intra_op_threads is the session's). "
+        "Default: min(2, CPU count).",
+    )
+    solo_session: bool = Field(
+        default=False,
+        description="Give each model a second session with every core's threads for batches that run while the "
+        "other workers are idle (faster lone requests; holds the model's weights a second time).",
     )
     fast_path: bool = Field(
         default=True,
@@ -82,7 +89,13 @@ class Settings(BaseSettings):
     # bought nothing at concurrency 32/128.
     max_wait_ms: float = Field(default=0.0, ge=0, description="How long a lone row waits for others to fill a batch.")
     max_queue: int = Field(default=1024, ge=1, description="Rows waiting per model before requests get 429.")
-    timeout_s: float = Field(default=30.0, gt=0, description="Per-request deadline (504 after it).")
+    timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Per-request deadline. A request is admitted only if the model's queued work and its own should "
+        "end within 40 % of it at the model's measured speed (else 429 with Retry-After, or 413 if it alone "
+        "cannot); 504 if it still has not ended at the deadline.",
+    )
     max_body_bytes: int = Field(default=1 << 20, ge=1, description="Largest request body (413 above it).")
     max_inputs_per_request: int = Field(default=64, ge=1, description="Most inputs in one request (413 above it).")
     max_embedding_inputs: int = Field(

@@ -54,8 +54,8 @@ class DeadlyRunner:
 def gate_engine(engine: Engine) -> tuple[GatedRunner, threading.Event]:
     assert len(engine.workers) == 1, "gating holds one worker: serve with model_workers=1"
     gate = threading.Event()
-    runner = GatedRunner(engine.worker.runner, gate)
-    engine.worker.runner = runner
+    runner = GatedRunner(engine.pool.runner, gate)
+    engine.workers[0].runner = engine.pool.runner = runner
     return runner, gate
 
 

@@ -266,8 +266,9 @@ class RecordingRunner:
 def test_every_pair_of_a_zero_shot_request_goes_to_the_batcher_together(served: dict[str, TinyModel]) -> None:
     settings = Settings(intra_op_threads=1, model_workers=1, max_wait_ms=0.0)  # type: ignore[call-arg]
     engine = Engine.from_bundle(served["zero-shot-classification"].bundle, settings)
-    runner = RecordingRunner(engine.worker.runner)
-    engine.worker.runner = runner
+    runner = RecordingRunner(engine.pool.runner)
+    for worker in engine.workers:
+        worker.runner = runner
     params = ZeroShotParams(candidate_labels=("film", "city", "music"))
 
     async def main() -> list[Any]:

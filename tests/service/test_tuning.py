@@ -51,7 +51,7 @@ def test_tuner_picks_inside_the_candidate_sets_it_logs(
     assert f"picked from {choice.candidates}" in logged and f"max_batch_tokens {choice.max_batch_tokens}" in logged
     policy = engine.batcher.policy
     assert (policy.max_batch_tokens, policy.max_batch_size) == (choice.max_batch_tokens, choice.max_batch_size)
-    session = engine.worker.runner.session  # type: ignore[attr-defined]
+    session = engine.pool.runner.session  # type: ignore[attr-defined]
     assert session.get_session_options().intra_op_num_threads == choice.intra_op_threads
 
 

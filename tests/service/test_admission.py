@@ -1,0 +1,141 @@
+"""Admission by cost: work that cannot end in time is refused before it runs, and expired rows never run."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from service.batcher import ADMIT_WITHIN
+from service.errors import Overloaded, PayloadTooLarge, RequestTimeout
+from service.settings import Settings
+from tests.service.apptools import gate_engine, serving
+from tests.service.fakes import EchoRunner, seq
+from tests.service.test_api import assert_error
+from tests.service.test_batcher import limits, make, wait_until
+from tests.service.tiny_models import TinyModel
+
+TIMEOUT_S = 10.0  # with one millisecond per token: a budget of ADMIT_WITHIN x 10 s = 4,000 tokens
+
+
+def rows_of(tokens: int, marker: int, length: int = 500) -> list:
+    """``tokens`` tokens as rows of ``length`` ids, every id ``marker`` (so the runner's record tells them apart)."""
+    return [seq([marker] * length) for _ in range(tokens // length)]
+
+
+def test_a_request_that_alone_cannot_end_in_time_is_refused_with_413_and_never_runs() -> None:
+    runner = EchoRunner()
+    harness = make(limits(max_batch_tokens=100_000, max_batch_size=64), runner)
+    harness.batcher.record_rate(1000, 1.0)  # one millisecond per token
+
+    async def main() -> None:
+        assert ADMIT_WITHIN * TIMEOUT_S == 4.0
+        with pytest.raises(PayloadTooLarge, match="fewer or shorter inputs") as refused:
+            harness.batcher.submit(rows_of(4500, marker=7), TIMEOUT_S)
+        assert "4500 tokens" in refused.value.message and "4 s" in refused.value.message
+        outputs = await harness.batcher.run(rows_of(3500, marker=8), TIMEOUT_S)
+        assert len(outputs) == 7
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    assert 7 not in runner.seen_ids() and 8 in runner.seen_ids()
+    assert harness.batcher.shed["too_big"] == 1
+
+
+def test_work_queued_past_the_budget_gets_429_with_retry_after_from_the_queue() -> None:
+    gate = threading.Event()
+    runner = EchoRunner(gate=gate)
+    harness = make(limits(max_batch_tokens=100_000, max_batch_size=64), runner)
+    harness.batcher.record_rate(1000, 1.0)
+
+    async def main() -> None:
+        running = asyncio.ensure_future(harness.batcher.run([seq([1])], TIMEOUT_S))
+        await wait_until(runner.entered.is_set)
+        queued = [
+            asyncio.ensure_future(harness.batcher.run(rows_of(tokens, marker), TIMEOUT_S))
+            for tokens, marker in ((2000, 2), (1500, 3))
+        ]
+        await wait_until(lambda: harness.batcher.queue_depth == 7)
+        with pytest.raises(Overloaded, match=r"3\.5 s of work queued") as refused:
+            harness.batcher.submit(rows_of(2500, marker=4), TIMEOUT_S)
+        assert refused.value.retry_after_s == 2  # 3.5 s queued + 2.5 s of its own, against a 4 s budget
+        assert refused.value.headers() == {"Retry-After": "2"}
+        small = asyncio.ensure_future(harness.batcher.run(rows_of(400, 5, length=400), TIMEOUT_S))  # 3.5 + 0.4 fits
+        await wait_until(lambda: harness.batcher.queue_depth == 8)
+        gate.set()
+        await asyncio.gather(running, *queued, small)
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    assert 4 not in runner.seen_ids() and {2, 3, 5} <= runner.seen_ids()
+    assert harness.batcher.shed["over_budget"] == 1
+
+
+def test_rows_whose_deadline_passed_while_queued_never_reach_the_model() -> None:
+    gate = threading.Event()
+    runner = EchoRunner(gate=gate)
+    harness = make(limits(max_batch_size=1), runner)
+
+    async def main() -> None:
+        running = asyncio.ensure_future(harness.batcher.run([seq([1])]))
+        await wait_until(runner.entered.is_set)
+        late = asyncio.ensure_future(harness.batcher.run([seq([66])], 0.05))
+        await asyncio.sleep(0)  # queued
+        assert harness.batcher.queue_depth == 1
+        # Block the event loop past the deadline, so its timer cannot drop the row: the batcher itself must.
+        time.sleep(0.1)
+        gate.set()
+        deadline = time.monotonic() + 5
+        while harness.batcher.queue_depth and time.monotonic() < deadline:
+            time.sleep(0.005)
+        await running
+        with pytest.raises(RequestTimeout):
+            await late
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    assert 66 not in runner.seen_ids()
+    assert harness.batcher.shed["expired"] == 1
+
+
+def test_the_rate_comes_from_batches_large_enough_to_tell() -> None:
+    harness = make(limits(max_batch_tokens=8192), start=False)
+    batcher = harness.batcher
+    assert batcher.seconds_per_token is None and batcher.estimate_seconds(1000, 1) is None
+    batcher.record_rate(10, 1.0)  # a tiny batch is mostly call overhead: ignored
+    assert batcher.seconds_per_token is None
+    batcher.record_rate(1000, 1.0)
+    batcher.record_rate(1000, 2.0)
+    assert batcher.seconds_per_token == pytest.approx(0.8 * 0.001 + 0.2 * 0.002)
+
+
+def test_the_service_refuses_a_request_too_big_for_its_deadline_before_running_it(
+    text_classification_model: TinyModel,
+) -> None:
+    settings = Settings(  # type: ignore[call-arg]
+        models=[f"sst={text_classification_model.bundle}"], intra_op_threads=1, model_workers=1, timeout_s=30.0
+    )
+
+    async def main() -> None:
+        async with serving(settings) as (app, client):
+            engine = app.state.registry.engines["sst"]
+            assert engine.batcher.seconds_per_token is not None, "warm-up measures the model's rate"
+            runner, gate = gate_engine(engine)
+            gate.set()
+            engine.batcher._seconds_per_token = 1.0  # a model this slow cannot do 22 tokens in 12 s
+            response = await client.post("/v1/text-classification", json={"inputs": "monday tuesday " * 10})
+            assert_error(response, 413, "payload_too_large", "fewer or shorter inputs")
+            assert engine.context.tokenizer.token_to_id("monday") not in runner.seen_ids()
+            metrics = (await client.get("/metrics")).text
+            labels = 'model="sst",reason="too_big",task="text-classification"'
+            assert f"bertserve_shed_requests_total{{{labels}}} 1.0" in metrics
+
+    asyncio.run(main())
