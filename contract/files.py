@@ -1,7 +1,8 @@
-"""Reading the small JSON files of a checkpoint folder, and the special tokens written in them. Torch-free.
+"""Reading JSON and JSONL files, and the special tokens written in a checkpoint's JSON files. Torch-free.
 
 Training (checkpoint and tokenizer loading) and the exporter read config.json, tokenizer_config.json,
-special_tokens_map.json and model.safetensors.index.json the same way through these helpers.
+special_tokens_map.json and model.safetensors.index.json the same way through these helpers; training's JSONL
+data and the exporter's --eval-data rows go through ``read_jsonl``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,31 @@ def read_json(
     if not isinstance(data, dict):
         raise error(f"{path}: expected a JSON object")
     return data
+
+
+def read_jsonl(path: Path | str, error: ErrorFactory = ValueError) -> list[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSONL file, one per non-blank line, each with its line number (from 1).
+
+    A file that cannot be read or is not UTF-8, a line that is not JSON and one that holds something other than
+    an object are ``error(message)``, the message one line naming the file (and the line: ``PATH line N: ...``).
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as read_error:
+        raise error(f"{path}: cannot be read ({read_error})") from read_error
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as decode_error:
+            raise error(f"{path} line {number}: not valid JSON ({decode_error.msg})") from None
+        if not isinstance(record, dict):
+            raise error(f"{path} line {number}: expected a JSON object")
+        records.append((number, record))
+    return records
 
 
 def tokenizer_settings(folder: Path | str, error: ErrorFactory = ValueError) -> dict[str, Any]:

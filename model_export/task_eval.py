@@ -36,6 +36,7 @@ from contract.decoding import (
     window_stride,
     windowing_tokenizer,
 )
+from contract.files import read_jsonl
 from contract.mask_probes import plain_tokenizer
 from contract.onnx_io import ort_session, pad_rows, run_session
 from contract.tasks import task_spec
@@ -97,18 +98,8 @@ def read_eval_rows(path: Path | str, task: str, id2label: dict[int, str] | None 
     """The JSONL rows of ``path``, each checked against the task's format (and, for labels, the head's labels)."""
     metric_name(task)
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EvalDataError(f"eval data {path}: cannot be read: {exc}") from exc
     rows: list[Row] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise EvalDataError(f"eval data {path} line {number}: not JSON: {exc}") from exc
+    for number, row in read_jsonl(path, lambda message: EvalDataError(f"eval data {message}")):
         problem = _row_problem(task, row, id2label)
         if problem is not None:
             raise EvalDataError(f"eval data {path} line {number}: {problem}")
@@ -118,10 +109,8 @@ def read_eval_rows(path: Path | str, task: str, id2label: dict[int, str] | None 
     return rows
 
 
-def _row_problem(task: str, row: object, id2label: dict[int, str] | None) -> str | None:
+def _row_problem(task: str, row: Row, id2label: dict[int, str] | None) -> str | None:
     _, fields = EVAL_FORMATS[task]
-    if not isinstance(row, dict):
-        return "a row must be a JSON object"
     for name, kind in fields.items():
         value = row.get(name)
         if kind == "str" and not isinstance(value, str):

@@ -8,7 +8,6 @@ SQuAD lives in `training/squad.py`, MLM masking and NSP pairs in `training/pretr
 from __future__ import annotations
 
 import csv
-import json
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from contract.files import read_jsonl
 from contract.onnx_io import pad_rows
 
 IGNORE_INDEX = -100
@@ -73,19 +73,7 @@ def _read_table(path: Path) -> list[dict[str, str]]:
     _require_file(path)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        records: list[dict[str, str]] = []
-        with path.open(encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise DataError(f"{path}:{line_number}: not valid JSON ({error.msg})") from None
-                if not isinstance(record, dict):
-                    raise DataError(f"{path}:{line_number}: each line must be a JSON object")
-                records.append(record)
-        return records
+        return [record for _, record in read_jsonl(path, DataError)]
     # GLUE TSVs contain bare quote characters (RTE), so they must be read without quote handling.
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     with path.open(encoding="utf-8", newline="") as handle:
