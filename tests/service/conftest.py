@@ -35,18 +35,3 @@ def tiny_models(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFa
 @pytest.fixture(scope="session")
 def text_classification_model(tiny_models: dict[str, TinyModel]) -> TinyModel:
     return tiny_models["text-classification"]
-
-
-@pytest.fixture(scope="session")
-def token_classification_model(tiny_models: dict[str, TinyModel]) -> TinyModel:
-    return tiny_models["token-classification"]
-
-
-@pytest.fixture(scope="session")
-def question_answering_model(tiny_models: dict[str, TinyModel]) -> TinyModel:
-    return tiny_models["question-answering"]
-
-
-@pytest.fixture(scope="session")
-def fill_mask_model(tiny_models: dict[str, TinyModel]) -> TinyModel:
-    return tiny_models["fill-mask"]

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
 from service.settings import Settings
+from tests.service.clients import ready_client
 from tests.service.tiny_models import CLASSIFICATION_LABELS, NER_LABELS, TinyModel
 
 TASK_ROUTES = {
@@ -40,11 +39,7 @@ def client(tiny_models: dict[str, TinyModel]) -> Iterator[TestClient]:
     settings = Settings(
         models=models, max_body_bytes=4096, max_inputs_per_request=4, intra_op_threads=1, max_wait_ms=1.0
     )
-    with TestClient(create_app(settings)) as test_client:
-        deadline = time.monotonic() + 10
-        while test_client.get("/health/ready").status_code != 200:
-            assert time.monotonic() < deadline, "service never became ready"
-            time.sleep(0.01)
+    with ready_client(settings) as test_client:
         yield test_client
 
 

@@ -7,18 +7,16 @@ also driven by the official ``openai`` client against a real uvicorn server.
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
-from service.app import create_app
 from service.settings import Settings
 from tests.service.apptools import free_port, real_server
+from tests.service.clients import ready_client
 from tests.service.embedding_checks import assert_same_neighbours, cosines
 
 SENTENCES = [
@@ -263,11 +261,7 @@ def test_embeddings_have_their_own_input_limit(bundles: dict[str, Path]) -> None
         max_queue=2,  # an embedding model's queue holds one request of max_embedding_inputs rows
         max_embedding_inputs=6,
     )
-    with TestClient(create_app(settings)) as client:
-        deadline = time.monotonic() + 10
-        while client.get("/health/ready").status_code != 200:
-            assert time.monotonic() < deadline, "service never became ready"
-            time.sleep(0.01)
+    with ready_client(settings) as client:
         six = SENTENCES[:6]
         assert len(client.post("/v1/embeddings", json={"input": six}).json()["data"]) == 6
         assert len(client.post("/embed", json={"inputs": six}).json()) == 6

@@ -6,7 +6,6 @@ The package folder carries modules.json (Transformer, mean Pooling, Normalize) a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,9 +13,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
 from service.settings import Settings
 from tests.model_export.test_real_models import SENTENCES as REAL_SENTENCES
+from tests.service.clients import ready_client
 from tests.service.embedding_checks import assert_same_neighbours, cosines
 
 pytestmark = pytest.mark.slow
@@ -54,11 +53,7 @@ def client(minilm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[T
     int8 = export_bundle(minilm, root / "minilm-int8", quantize="int8")
     assert (fp32.spec.pooling, fp32.spec.normalize, fp32.spec.max_length) == ("mean", True, 256)
     settings = Settings(models=[f"minilm={fp32.path}", f"minilm-int8={int8.path}"], intra_op_threads=2)
-    with TestClient(create_app(settings)) as test_client:
-        deadline = time.monotonic() + 60
-        while test_client.get("/health/ready").status_code != 200:
-            assert time.monotonic() < deadline, "service never became ready"
-            time.sleep(0.05)
+    with ready_client(settings, timeout_s=60) as test_client:
         yield test_client
 
 
