@@ -13,6 +13,14 @@ MAX_TOKENS = 512
 MAX_TOP_K = 1000
 
 
+def examples(*bodies: Any, strict: bool = False) -> ConfigDict:
+    """A model_config whose JSON schema, and so OpenAPI and /docs, shows ``bodies`` (``strict``: no coercion)."""
+    config = ConfigDict(json_schema_extra={"examples": list(bodies)})
+    if strict:
+        config["strict"] = True
+    return config
+
+
 class ErrorDetail(BaseModel):
     type: str = Field(description="Machine-readable error kind, e.g. bad_request, model_not_found, overloaded.")
     message: str = Field(description="What went wrong, for humans.")
@@ -21,9 +29,7 @@ class ErrorDetail(BaseModel):
 class ErrorResponse(BaseModel):
     """The body of every 4xx/5xx response."""
 
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"error": {"type": "model_not_found", "message": "no model named 'x'"}}]}
-    )
+    model_config = examples({"error": {"type": "model_not_found", "message": "no model named 'x'"}})
 
     error: ErrorDetail
 
@@ -85,26 +91,22 @@ class BrokenModel(BaseModel):
 
 
 class ModelsResponse(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
+    model_config = examples(
+        {
+            "models": [
                 {
-                    "models": [
-                        {
-                            "name": "sst2",
-                            "task": "text-classification",
-                            "labels": ["negative", "positive"],
-                            "max_length": 128,
-                            "quantization": "int8",
-                            "precision": "fp32",
-                            "ready": True,
-                        }
-                    ],
-                    "object": "list",
-                    "data": [{"id": "sst2", "object": "model", "created": 1767225600, "owned_by": "bertserve"}],
+                    "name": "sst2",
+                    "task": "text-classification",
+                    "labels": ["negative", "positive"],
+                    "max_length": 128,
+                    "quantization": "int8",
+                    "precision": "fp32",
+                    "ready": True,
                 }
-            ]
-        }
+            ],
+            "object": "list",
+            "data": [{"id": "sst2", "object": "model", "created": 1767225600, "owned_by": "bertserve"}],
+        },
     )
 
     models: list[ModelCard]
@@ -118,9 +120,7 @@ class ModelsResponse(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"status": "ok", "models": {"sst2": True, "conll": True}}]}
-    )
+    model_config = examples({"status": "ok", "models": {"sst2": True, "conll": True}})
 
     status: Literal["ok"] = Field(description="Always ok: a service that is not ready answers 503 with an error body.")
     models: dict[str, bool] = Field(default_factory=dict, description="Model name -> ready.")

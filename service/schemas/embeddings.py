@@ -4,27 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, Field, RootModel
 
-from service.schemas.common import TaskRequest
+from service.schemas.common import TaskRequest, examples
 from service.tasks import EmbeddingParams
 
 
 class EmbeddingsRequest(TaskRequest):
     """OpenAI's embeddings body. Texts longer than the model's max length are truncated (OpenAI refuses them)."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"model": "minilm", "input": "A man is eating food."},
-                {
-                    "model": "minilm",
-                    "input": ["A man is eating food.", "A man is riding a horse."],
-                    "encoding_format": "base64",
-                    "dimensions": 128,
-                },
-            ]
+    model_config = examples(
+        {"model": "minilm", "input": "A man is eating food."},
+        {
+            "model": "minilm",
+            "input": ["A man is eating food.", "A man is riding a horse."],
+            "encoding_format": "base64",
+            "dimensions": 128,
         },
     )
     task: ClassVar[str] = "feature-extraction"
@@ -59,17 +54,13 @@ class EmbeddingsUsage(BaseModel):
 
 
 class EmbeddingsResponse(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "object": "list",
-                    "data": [{"object": "embedding", "index": 0, "embedding": [0.0123, -0.0456, 0.0789]}],
-                    "model": "minilm",
-                    "usage": {"prompt_tokens": 8, "total_tokens": 8},
-                }
-            ]
-        }
+    model_config = examples(
+        {
+            "object": "list",
+            "data": [{"object": "embedding", "index": 0, "embedding": [0.0123, -0.0456, 0.0789]}],
+            "model": "minilm",
+            "usage": {"prompt_tokens": 8, "total_tokens": 8},
+        },
     )
 
     object: Literal["list"] = "list"
@@ -81,14 +72,9 @@ class EmbeddingsResponse(BaseModel):
 class TeiEmbedRequest(TaskRequest):
     """text-embeddings-inference's ``/embed`` body (``model`` is this service's addition)."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"inputs": "A man is eating food."},
-                {"inputs": ["A man is eating food.", "A man is riding a horse."], "normalize": True, "truncate": True},
-            ]
-        },
+    model_config = examples(
+        {"inputs": "A man is eating food."},
+        {"inputs": ["A man is eating food.", "A man is riding a horse."], "normalize": True, "truncate": True},
     )
     task: ClassVar[str] = "feature-extraction"
 
@@ -118,4 +104,4 @@ class TeiEmbedRequest(TaskRequest):
 
 
 class TeiEmbedResponse(RootModel[list[list[float]]]):
-    model_config = ConfigDict(json_schema_extra={"examples": [[[0.0123, -0.0456, 0.0789], [0.0321, 0.0654, -0.0987]]]})
+    model_config = examples([[0.0123, -0.0456, 0.0789], [0.0321, 0.0654, -0.0987]])

@@ -2,21 +2,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from service.schemas.common import MAX_TOP_K, TaskRequest
+from service.schemas.common import MAX_TOP_K, TaskRequest, examples
 from service.tasks import FillMaskParams
 
 
 class FillMaskRequest(TaskRequest):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"inputs": "Paris is the [MASK] of France."},
-                {"model": "mlm", "inputs": ["The movie was [MASK]."], "top_k": 3, "targets": ["good", "bad"]},
-            ]
-        },
+    model_config = examples(
+        {"inputs": "Paris is the [MASK] of France."},
+        {"model": "mlm", "inputs": ["The movie was [MASK]."], "top_k": 3, "targets": ["good", "bad"]},
     )
     task: ClassVar[str] = "fill-mask"
 
@@ -44,26 +39,22 @@ class FillMaskPrediction(BaseModel):
 
 
 class FillMaskResponse(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "model": "mlm",
-                    "results": [
-                        [
-                            [
-                                {
-                                    "score": 0.41,
-                                    "token": 3007,
-                                    "token_str": "capital",
-                                    "sequence": "paris is the capital of france.",
-                                }
-                            ]
-                        ]
-                    ],
-                }
-            ]
-        }
+    model_config = examples(
+        {
+            "model": "mlm",
+            "results": [
+                [
+                    [
+                        {
+                            "score": 0.41,
+                            "token": 3007,
+                            "token_str": "capital",
+                            "sequence": "paris is the capital of france.",
+                        }
+                    ]
+                ]
+            ],
+        },
     )
 
     model: str

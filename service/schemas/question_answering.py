@@ -4,7 +4,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas.common import MAX_TOKENS, MAX_TOP_K, TaskRequest
+from service.schemas.common import MAX_TOKENS, MAX_TOP_K, TaskRequest, examples
 from service.tasks import QAInput, QAParams
 
 
@@ -16,18 +16,13 @@ class QAPair(BaseModel):
 
 
 class QuestionAnsweringRequest(TaskRequest):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"inputs": {"question": "Where does John live?", "context": "John lives in Paris with his family."}},
-                {
-                    "model": "squad",
-                    "inputs": [{"question": "Who wrote it?", "context": "The book was written by Mary Smith."}],
-                    "top_k": 3,
-                    "handle_impossible_answer": True,
-                },
-            ]
+    model_config = examples(
+        {"inputs": {"question": "Where does John live?", "context": "John lives in Paris with his family."}},
+        {
+            "model": "squad",
+            "inputs": [{"question": "Who wrote it?", "context": "The book was written by Mary Smith."}],
+            "top_k": 3,
+            "handle_impossible_answer": True,
         },
     )
     task: ClassVar[str] = "question-answering"
@@ -82,10 +77,8 @@ class QAAnswer(BaseModel):
 
 
 class QuestionAnsweringResponse(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [{"model": "squad", "results": [[{"answer": "Paris", "score": 0.93, "start": 14, "end": 19}]]}]
-        }
+    model_config = examples(
+        {"model": "squad", "results": [[{"answer": "Paris", "score": 0.93, "start": 14, "end": 19}]]},
     )
 
     model: str

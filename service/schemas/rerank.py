@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, Field, RootModel
 
-from service.schemas.common import MAX_TOP_K, TaskRequest
+from service.schemas.common import MAX_TOP_K, TaskRequest, examples
 from service.tasks import RerankParams
 
 QUERY = "What is the capital of France?"
@@ -14,14 +14,9 @@ DOCUMENTS: list[Any] = ["Paris is the capital and largest city of France.", "Ber
 
 
 class RerankRequest(TaskRequest):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"query": QUERY, "documents": DOCUMENTS},
-                {"model": "ms-marco", "query": QUERY, "documents": DOCUMENTS, "top_n": 1, "return_documents": True},
-            ]
-        },
+    model_config = examples(
+        {"query": QUERY, "documents": DOCUMENTS},
+        {"model": "ms-marco", "query": QUERY, "documents": DOCUMENTS, "top_n": 1, "return_documents": True},
     )
     task: ClassVar[str] = "rerank"
 
@@ -50,18 +45,14 @@ class RerankResult(BaseModel):
 
 
 class RerankResponse(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "model": "ms-marco",
-                    "results": [
-                        {"index": 0, "relevance_score": 0.998, "document": {"text": DOCUMENTS[0]}},
-                        {"index": 1, "relevance_score": 0.004, "document": {"text": DOCUMENTS[1]}},
-                    ],
-                }
-            ]
-        }
+    model_config = examples(
+        {
+            "model": "ms-marco",
+            "results": [
+                {"index": 0, "relevance_score": 0.998, "document": {"text": DOCUMENTS[0]}},
+                {"index": 1, "relevance_score": 0.004, "document": {"text": DOCUMENTS[1]}},
+            ],
+        },
     )
 
     model: str
@@ -71,14 +62,9 @@ class RerankResponse(BaseModel):
 class TeiRerankRequest(TaskRequest):
     """text-embeddings-inference's ``/rerank`` body (``model`` is this service's addition)."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"query": QUERY, "texts": DOCUMENTS},
-                {"query": QUERY, "texts": DOCUMENTS, "raw_scores": True, "return_text": True, "truncate": True},
-            ]
-        },
+    model_config = examples(
+        {"query": QUERY, "texts": DOCUMENTS},
+        {"query": QUERY, "texts": DOCUMENTS, "raw_scores": True, "return_text": True, "truncate": True},
     )
     task: ClassVar[str] = "rerank"
 
@@ -108,6 +94,4 @@ class TeiRank(BaseModel):
 
 
 class TeiRerankResponse(RootModel[list[TeiRank]]):
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [[{"index": 0, "score": 0.998}, {"index": 1, "score": 0.004}]]}
-    )
+    model_config = examples([{"index": 0, "score": 0.998}, {"index": 1, "score": 0.004}])

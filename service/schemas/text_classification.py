@@ -4,7 +4,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas.common import MAX_TOP_K, TaskRequest
+from service.schemas.common import MAX_TOP_K, TaskRequest, examples
 from service.tasks import ClassificationParams
 
 
@@ -19,16 +19,11 @@ TextInput = str | TextPair
 
 
 class TextClassificationRequest(TaskRequest):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"inputs": "A wonderful, moving film."},
-                {"model": "sst2", "inputs": ["Great acting.", "Dull and far too long."], "top_k": 2},
-                {"inputs": {"text": "A man is eating.", "text_pair": "Someone eats food."}, "top_k": None},
-                {"inputs": "A long review that goes on and on ...", "long_text": "chunk"},
-            ]
-        },
+    model_config = examples(
+        {"inputs": "A wonderful, moving film."},
+        {"model": "sst2", "inputs": ["Great acting.", "Dull and far too long."], "top_k": 2},
+        {"inputs": {"text": "A man is eating.", "text_pair": "Someone eats food."}, "top_k": None},
+        {"inputs": "A long review that goes on and on ...", "long_text": "chunk"},
     )
     task: ClassVar[str] = "text-classification"
 
@@ -71,13 +66,7 @@ class LabelScore(BaseModel):
 
 
 class TextClassificationResponse(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {"model": "sst2", "results": [[{"label": "positive", "score": 0.998}]]},
-            ]
-        }
-    )
+    model_config = examples({"model": "sst2", "results": [[{"label": "positive", "score": 0.998}]]})
 
     model: str
     results: list[list[LabelScore]] = Field(description="Per input (always a list), labels by score, best first.")

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from service.schemas.common import MAX_TOKENS, TaskRequest
+from service.schemas.common import MAX_TOKENS, TaskRequest, examples
 from service.tasks import TokenClassificationParams, WordsInput
 
 Word = Annotated[str, Field(min_length=1)]
@@ -14,15 +14,10 @@ TEXT_ONLY_FIELDS = ("aggregation_strategy", "ignore_labels")
 
 
 class TokenClassificationRequest(TaskRequest):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"inputs": "John Smith works for Google in London."},
-                {"model": "conll", "inputs": ["Mary lives in Paris."], "aggregation_strategy": "none"},
-                {"words": ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."]},
-            ]
-        },
+    model_config = examples(
+        {"inputs": "John Smith works for Google in London."},
+        {"model": "conll", "inputs": ["Mary lives in Paris."], "aggregation_strategy": "none"},
+        {"words": ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."]},
     )
     task: ClassVar[str] = "token-classification"
 
@@ -105,20 +100,16 @@ class Entity(BaseModel):
 
 
 class TokenClassificationResponse(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "model": "conll",
-                    "results": [
-                        [
-                            {"entity_group": "PER", "score": 0.99, "word": "john smith", "start": 0, "end": 10},
-                            {"entity_group": "ORG", "score": 0.98, "word": "google", "start": 21, "end": 27},
-                        ]
-                    ],
-                }
-            ]
-        }
+    model_config = examples(
+        {
+            "model": "conll",
+            "results": [
+                [
+                    {"entity_group": "PER", "score": 0.99, "word": "john smith", "start": 0, "end": 10},
+                    {"entity_group": "ORG", "score": 0.98, "word": "google", "start": 21, "end": 27},
+                ]
+            ],
+        },
     )
 
     model: str

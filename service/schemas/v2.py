@@ -11,6 +11,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.schemas.common import examples
+
 Parameters = dict[str, Any]
 Shape = list[Annotated[int, Field(ge=0)]]
 
@@ -18,7 +20,7 @@ Shape = list[Annotated[int, Field(ge=0)]]
 class V2Error(BaseModel):
     """The body of every 4xx/5xx answer on a ``/v2`` path."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [{"error": "no model named 'x' (loaded: sst2)"}]})
+    model_config = examples({"error": "no model named 'x' (loaded: sst2)"})
 
     error: str
 
@@ -49,21 +51,17 @@ class V2TensorMetadata(BaseModel):
 
 
 class V2ModelMetadata(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "name": "sst2",
-                    "versions": ["1"],
-                    "platform": "onnxruntime_onnx",
-                    "inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}],
-                    "outputs": [
-                        {"name": "label", "datatype": "BYTES", "shape": [-1, -1]},
-                        {"name": "score", "datatype": "FP32", "shape": [-1, -1]},
-                    ],
-                }
-            ]
-        }
+    model_config = examples(
+        {
+            "name": "sst2",
+            "versions": ["1"],
+            "platform": "onnxruntime_onnx",
+            "inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}],
+            "outputs": [
+                {"name": "label", "datatype": "BYTES", "shape": [-1, -1]},
+                {"name": "score", "datatype": "FP32", "shape": [-1, -1]},
+            ],
+        },
     )
 
     name: str
@@ -91,16 +89,12 @@ class V2RequestOutput(BaseModel):
 
 
 class V2InferRequest(BaseModel):
-    model_config = ConfigDict(
-        strict=True,
-        json_schema_extra={
-            "examples": [
-                {
-                    "inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": ["Great acting.", "Dull."]}],
-                    "parameters": {"top_k": 2},
-                }
-            ]
+    model_config = examples(
+        {
+            "inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": ["Great acting.", "Dull."]}],
+            "parameters": {"top_k": 2},
         },
+        strict=True,
     )
 
     id: str | None = None
@@ -120,19 +114,15 @@ class V2ResponseOutput(BaseModel):
 
 
 class V2InferResponse(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "model_name": "sst2",
-                    "model_version": "1",
-                    "outputs": [
-                        {"name": "label", "shape": [1, 1], "datatype": "BYTES", "data": ["positive"]},
-                        {"name": "score", "shape": [1, 1], "datatype": "FP32", "data": [0.998]},
-                    ],
-                }
-            ]
-        }
+    model_config = examples(
+        {
+            "model_name": "sst2",
+            "model_version": "1",
+            "outputs": [
+                {"name": "label", "shape": [1, 1], "datatype": "BYTES", "data": ["positive"]},
+                {"name": "score", "shape": [1, 1], "datatype": "FP32", "data": [0.998]},
+            ],
+        },
     )
 
     model_name: str

@@ -2,27 +2,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from service.schemas.common import TaskRequest
+from service.schemas.common import TaskRequest, examples
 from service.tasks import ZeroShotParams
 from service.tasks.zero_shot_classification import DEFAULTS, MAX_CANDIDATE_LABELS
 
 
 class ZeroShotClassificationRequest(TaskRequest):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"inputs": "The team won the match in extra time.", "candidate_labels": ["sports", "politics"]},
-                {
-                    "model": "nli",
-                    "inputs": ["I need to fix my phone today!", "Lovely weather for a walk."],
-                    "candidate_labels": "urgent, phone, weather",
-                    "hypothesis_template": "This text is about {}.",
-                    "multi_label": True,
-                },
-            ]
+    model_config = examples(
+        {"inputs": "The team won the match in extra time.", "candidate_labels": ["sports", "politics"]},
+        {
+            "model": "nli",
+            "inputs": ["I need to fix my phone today!", "Lovely weather for a walk."],
+            "candidate_labels": "urgent, phone, weather",
+            "hypothesis_template": "This text is about {}.",
+            "multi_label": True,
         },
     )
     task: ClassVar[str] = "zero-shot-classification"
@@ -58,21 +53,17 @@ class ZeroShotResult(BaseModel):
 
 
 class ZeroShotClassificationResponse(BaseModel):
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
+    model_config = examples(
+        {
+            "model": "nli",
+            "results": [
                 {
-                    "model": "nli",
-                    "results": [
-                        {
-                            "sequence": "The team won the match in extra time.",
-                            "labels": ["sports", "politics"],
-                            "scores": [0.97, 0.03],
-                        }
-                    ],
+                    "sequence": "The team won the match in extra time.",
+                    "labels": ["sports", "politics"],
+                    "scores": [0.97, 0.03],
                 }
-            ]
-        }
+            ],
+        },
     )
 
     model: str
