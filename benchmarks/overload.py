@@ -1,19 +1,23 @@
-"""Overload check: twice the server's capacity over loopback, bounded in time, count and connections.
+"""Overload check: goodput at 2x and 5x the server's capacity, with short and long inputs, bounded in time,
+count and connections.
 
-Starts ``python -m service`` on 127.0.0.1 with one bundle, measures its capacity (closed loop,
-``--measure-concurrency`` clients; or takes ``--capacity``), then sends requests open-loop at
-``--overload`` x capacity for ``--duration`` seconds (default 600) over at most ``--max-connections``
-keep-alive connections, opened and answered once before the load as a client pool's would be
-(``--no-preconnect``: opened during the burst, when a first request also waits in the server's accept
-queue). A send due while every connection is busy is skipped and counted (``client_skipped``): the client
-never queues without bound. It reports the status counts, p50/p99 latency of the admitted (200) requests,
-the server's RSS before the load and at 10 % (start), 50 % and the end of it, and whether the targets
-hold: only 200 and 429, p99 of admitted < 2 s, RSS growth (start to end) < 5 %.
+For each load (``benchmarks.overload_loads``: ``short``, ``qa-long``, ``embeddings-long``, ``ner-long``) it starts
+``python -m service`` on 127.0.0.1 with that load's one model, measures the capacity closed-loop at
+``--measure-concurrency`` (32) clients (200 answers/s; or takes ``--capacity``), then for each ``--overload``
+multiple sends requests open-loop at that multiple of the capacity for ``--duration`` seconds over at most
+``--max-connections`` keep-alive connections, opened and answered once before the load as a client pool's would
+be (``--no-preconnect``: opened during the burst). A send due while every connection is busy is skipped and
+counted (``client_skipped``): the client never queues without bound. Reported per run (``overload_report``):
+goodput against capacity, p50/p99 of the admitted (200) requests against the deadline, the answers by status
+(200, 429, 413, 5xx), Retry-After of the 429s, connection errors, the server's RSS before the load and at 10 %
+(start), 50 % and the end of it, the load average at start and end, and whether the targets hold.
 
-    python -m benchmarks.overload --model sst2=models/sst2 --duration 600
-    python -m benchmarks.overload --model sst2=models/sst2 --duration 15 --out benchmarks/scratch/overload
+    python -m benchmarks.overload --load all --duration 120                 # every load, models found or built
+    python -m benchmarks.overload --load qa-long --model qa=models/qa --duration 120
+    python -m benchmarks.overload --load short --model sst2=models/sentiment --duration 600 --overload 2
 
-Results go to benchmarks/results/overload.{json,md} unless ``--out`` names another prefix.
+Results go to benchmarks/results/overload-long.{json,md} unless ``--out`` names another prefix; loads already in
+that file and not run now are kept, so loads can be run one at a time.
 """
 
 from __future__ import annotations
@@ -23,374 +27,212 @@ import asyncio
 import json
 import logging
 import os
-import random
 import shlex
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks import servers
 from benchmarks.datasets import REPO_ROOT
+from benchmarks.overload_client import closed_loop, open_loop, rss_bytes, wait_idle
+from benchmarks.overload_loads import (
+    LOADS,
+    LONG_LOADS,
+    LoadSpec,
+    bundle_max_length,
+    bundle_tokenizer,
+    default_bundle,
+    describe_bodies,
+    request_bodies,
+)
+from benchmarks.overload_report import (
+    RSS_START_FRACTION,
+    all_targets_met,
+    markdown,
+    merge,
+    retry_after_distribution,
+    summarise_run,
+)
 
 log = logging.getLogger("benchmarks.overload")
-RESULTS_PREFIX = REPO_ROOT / "benchmarks" / "results" / "overload"
+RESULTS_PREFIX = REPO_ROOT / "benchmarks" / "results" / "overload-long"
 LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "overload-logs"
-TARGET_P99_S = 2.0
-TARGET_RSS_GROWTH = 0.05
-RSS_START_FRACTION = 0.1  # "start" RSS: once the overload has run this long (connection buffers allocated)
-FALLBACK_TEXTS = [
-    "A wonderful, moving film with a brilliant cast.",
-    "Dull, far too long, and the plot makes no sense.",
-    "The music was great but the acting was wooden.",
-    "An honest, funny and surprisingly tender story.",
-]
+DEFAULT_DEADLINE_S = 30.0  # service.settings' timeout_s default
 
 
-def sentences(limit: int = 2000) -> list[str]:
-    """SST-2 dev sentences when the shared data is there, else a few fixed ones."""
-    try:
-        from benchmarks.datasets import read_sst2
-
-        return [row.text for row in read_sst2("dev")[:limit]]
-    except OSError:
-        return FALLBACK_TEXTS
+def load_average() -> list[float]:
+    return [round(value, 2) for value in os.getloadavg()]
 
 
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+def deadline_of(server_args: str) -> float:
+    """The deadline the server runs with: --timeout-s in the server args, else $BERTSERVE_TIMEOUT_S, else 30 s."""
+    words = shlex.split(server_args)
+    for index, word in enumerate(words):
+        if word.startswith("--timeout-s="):
+            return float(word.split("=", 1)[1])
+        if word == "--timeout-s" and index + 1 < len(words):
+            return float(words[index + 1])
+    return float(os.environ.get("BERTSERVE_TIMEOUT_S") or DEFAULT_DEADLINE_S)
 
 
-class Connection:
-    """One keep-alive HTTP/1.1 connection, one request at a time (lighter than a general client)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-        self.last_answer = 0.0
-
-    @property
-    def open(self) -> bool:
-        return self.writer is not None and not self.writer.is_closing()
-
-    @property
-    def closed_by_server(self) -> bool:
-        """The server ended this idle connection (its keep-alive timeout): as httpcore's and urllib3's pools
-        do, a client checks this before reuse and reconnects instead of sending on a closed socket."""
-        return self.open and self.reader is not None and self.reader.at_eof()
-
-    async def post(self, path: str, body: bytes, timeout_s: float) -> int:
-        return await asyncio.wait_for(self._request("POST", path, body), timeout_s)
-
-    async def warm(self, timeout_s: float) -> int:
-        """Connect and wait for one answer (GET /health/live, not counted by the in-flight cap)."""
-        return await asyncio.wait_for(self._request("GET", "/health/live", b""), timeout_s)
-
-    async def _request(self, method: str, path: str, body: bytes) -> int:
-        if not self.open:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None and self.writer is not None
-        head = (
-            f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        )
-        self.writer.write(head.encode() + body)
-        await self.writer.drain()
-        status_line = await self.reader.readline()
-        if not status_line:
-            raise ConnectionError("connection closed")
-        status = int(status_line.split()[1])
-        length, close = 0, False
-        while (line := await self.reader.readline()) not in (b"\r\n", b""):
-            name, _, value = line.decode("latin-1").partition(":")
-            if name.lower() == "content-length":
-                length = int(value)
-            elif name.lower() == "connection" and value.strip().lower() == "close":
-                close = True
-        await self.reader.readexactly(length)
-        self.last_answer = time.perf_counter()
-        if close:
-            self.close()
-        return status
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.writer = None
+def selected_loads(value: str) -> list[str]:
+    names: list[str] = []
+    for word in value.split(","):
+        expanded = {"all": ["short", *LONG_LOADS], "long": list(LONG_LOADS)}.get(word, [word])
+        names += [name for name in expanded if name not in names]
+    unknown = [name for name in names if name not in LOADS]
+    if unknown:
+        raise ValueError(f"unknown load(s) {unknown}; known: {sorted(LOADS)}, all, long")
+    return names
 
 
-@dataclass
-class Tally:
-    statuses: Counter[str] = field(default_factory=Counter)
-    admitted_latencies: list[float] = field(default_factory=list)
-    # the first request on a new connection also waits for the server to accept it
-    admitted_on_new_connections: list[float] = field(default_factory=list)
-    errors: Counter[str] = field(default_factory=Counter)
-    reopened_after_server_close: int = 0
-    error_idle_s: list[float] = field(default_factory=list)  # how long a reused connection had been idle
-
-    def record(self, status: str, latency: float, new_connection: bool = False) -> None:
-        self.statuses[status] += 1
-        if status == "200":
-            self.admitted_latencies.append(latency)
-            if new_connection:
-                self.admitted_on_new_connections.append(latency)
+def model_paths(pairs: list[str], loads: list[str]) -> dict[str, tuple[str, Path]]:
+    """role -> (served name, bundle). NAME=PATH with NAME a role (sst2, qa, ner, embeddings); with one load, any
+    NAME is that load's model, served under NAME."""
+    chosen: dict[str, tuple[str, Path]] = {}
+    roles = {LOADS[name].role for name in loads}
+    for pair in pairs:
+        name, _, path = pair.partition("=")
+        if not path:
+            raise ValueError(f"--model {pair!r}: expected NAME=PATH")
+        role = name if name in roles else (LOADS[loads[0]].role if len(loads) == 1 else None)
+        if role is None:
+            raise ValueError(f"--model {pair!r}: NAME must be one of the roles {sorted(roles)} with several loads")
+        chosen[role] = (name, Path(path))
+    return chosen
 
 
-async def send_one(connection: Connection, path: str, body: bytes, timeout_s: float, tally: Tally) -> None:
-    started = time.perf_counter()
-    if connection.closed_by_server:
-        tally.reopened_after_server_close += 1
-        connection.close()
-    new_connection = not connection.open
-    try:
-        status = str(await connection.post(path, body, timeout_s))
-    except TimeoutError:
-        status = "client_timeout"
-        connection.close()
-    except (ConnectionError, OSError, ValueError, asyncio.IncompleteReadError) as error:
-        status = "connection_error"
-        tally.errors[f"{type(error).__name__}: {error}"[:80]] += 1
-        if not new_connection:
-            tally.error_idle_s.append(started - connection.last_answer)
-        connection.close()
-    tally.record(status, time.perf_counter() - started, new_connection)
+async def measure_load(
+    args: argparse.Namespace, load: LoadSpec, bodies: list[bytes], server: servers.Server, port: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The capacity at c=32 (or --capacity), then one open-loop run per --overload multiple."""
+    started_load = load_average()
+    if args.capacity is not None:
+        capacity: dict[str, Any] = {"answers_per_s": args.capacity, "source": "given (--capacity)", "statuses": {}}
+    else:
+        warmup = load.warmup_s if args.measure_warmup_s is None else args.measure_warmup_s
+        seconds = load.measure_s if args.measure_s is None else args.measure_s
+        rate, tally = await closed_loop("127.0.0.1", port, load.path, bodies, args.measure_concurrency, warmup,
+                                        seconds, args.timeout)  # fmt: skip
+        if not rate:
+            raise RuntimeError(f"{load.name}: no capacity measured (answers {dict(tally.statuses)}): measure longer")
+        capacity = {
+            "answers_per_s": rate,
+            "source": f"measured over {seconds:g} s after {warmup:g} s of warm-up",
+            "statuses": dict(sorted(tally.statuses.items())),
+            "retry_after_s": retry_after_distribution(tally.retry_after),
+            "warmup_s": warmup,
+            "measure_s": seconds,
+        }
+        log.info("%s: capacity at c=%d %.2f answers/s", load.name, args.measure_concurrency, rate)
+    capacity.update(concurrency=args.measure_concurrency, load_avg={"start": started_load, "end": load_average()})
+    runs = []
+    for factor in args.overload:
+        settled = await wait_idle(server.pid, args.settle_s)  # what the previous phase left running ends first
+        rss = {"before_load": rss_bytes(server.pid)}
+        at_start = load_average()
+
+        def sample(name: str, into: dict[str, int] = rss) -> Any:
+            return lambda: into.__setitem__(name, rss_bytes(server.pid))
+
+        tally, started = await open_loop(
+            "127.0.0.1", port, load.path, bodies, capacity["answers_per_s"] * factor, args.duration,
+            args.max_connections, args.timeout, {RSS_START_FRACTION: sample("start"), 0.5: sample("middle")},
+            args.preconnect,
+        )  # fmt: skip
+        rss.setdefault("start", rss["before_load"])
+        rss.setdefault("middle", rss["start"])
+        rss["end"] = rss_bytes(server.pid)
+        run = summarise_run(tally, started, args.duration, capacity["answers_per_s"], factor, args.deadline, rss)
+        run["load_avg"] = {"start": at_start, "end": load_average()}
+        run["waited_for_idle_s"] = settled
+        log.info("%s at %gx: %s, goodput %s answers/s", load.name, factor, run["by_class"], run["goodput_rps"])
+        runs.append(run)
+    return capacity, runs
 
 
-async def closed_loop(host: str, port: int, path: str, bodies: list[bytes], concurrency: int, seconds: float) -> float:
-    """Requests per second answered 200 with ``concurrency`` clients each keeping one request in flight."""
-    tally = Tally()
-    deadline = time.perf_counter() + seconds
-
-    async def client(index: int) -> None:
-        connection = Connection(host, port)
-        sent = index
-        while time.perf_counter() < deadline:
-            await send_one(connection, path, bodies[sent % len(bodies)], 30.0, tally)
-            sent += concurrency
-        connection.close()
-
-    await asyncio.gather(*(client(index) for index in range(concurrency)))
-    return tally.statuses["200"] / seconds
-
-
-async def open_loop(
-    host: str,
-    port: int,
-    path: str,
-    bodies: list[bytes],
-    rate: float,
-    seconds: float,
-    max_connections: int,
-    timeout_s: float,
-    on_marks: dict[float, Any],
-    preconnect: bool = True,
-) -> Tally:
-    """``rate`` requests/s for ``seconds`` (at most rate x seconds sends) over at most ``max_connections``;
-    ``on_marks[f]()`` is called once a fraction ``f`` of ``seconds`` has passed."""
-    tally = Tally()
-    idle = [Connection(host, port) for _ in range(max_connections)]
-    if preconnect:  # as a client's connection pool would be: connected and answered once before the load
-        await asyncio.gather(*(connection.warm(timeout_s) for connection in idle))
-    tasks: set[asyncio.Task[None]] = set()
-    total = int(rate * seconds)
-    started = time.perf_counter()
-    marks = sorted(on_marks)
-
-    async def run(connection: Connection, body: bytes) -> None:
-        try:
-            await send_one(connection, path, body, timeout_s, tally)
-        finally:
-            idle.append(connection)
-
-    for index in range(total):
-        due = started + index / rate
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        while marks and time.perf_counter() - started >= marks[0] * seconds:
-            on_marks[marks.pop(0)]()
-        if not idle:
-            tally.statuses["client_skipped"] += 1
-            continue
-        task = asyncio.create_task(run(idle.pop(), bodies[index % len(bodies)]))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.wait(tasks, timeout=timeout_s + 5)
-    for connection in idle:
-        connection.close()
-    return tally
-
-
-def percentile(values: list[float], fraction: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-def summarise(args: argparse.Namespace, capacity: float, tally: Tally, rss: dict[str, int]) -> dict[str, Any]:
-    p50, p99 = percentile(tally.admitted_latencies, 0.50), percentile(tally.admitted_latencies, 0.99)
-    growth = (rss["end"] - rss["start"]) / rss["start"]
-    unexpected = sorted(status for status in tally.statuses if status not in ("200", "429", "client_skipped"))
+def run_load(args: argparse.Namespace, name: str, models: dict[str, tuple[str, Path]]) -> dict[str, Any]:
+    load = LOADS[name]
+    served, bundle = models.get(load.role) or (load.role, default_bundle(load.role))
+    tokenizer = bundle_tokenizer(bundle)
+    bodies = request_bodies(load, served, tokenizer, args.pool)
+    encoded = [json.dumps(body).encode() for body in bodies]
+    facts = {"name": name, "path": load.path, "what": load.what, "model": str(bundle),
+             "max_length": bundle_max_length(bundle), "bodies": describe_bodies(bodies, tokenizer)}  # fmt: skip
+    port = servers.free_port()
+    command = servers.bertserve_command({served: bundle}, port)
+    command += ["--host", "127.0.0.1", "--log-level", "warning", *shlex.split(args.server_args)]
+    with servers.running(f"overload-{name}", command, port, "/health/ready", LOG_DIR) as server:
+        capacity, runs = asyncio.run(measure_load(args, load, encoded, server, port))
     return {
-        "settings": {
-            "model": args.model,
-            "duration_s": args.duration,
-            "overload": args.overload,
-            "capacity_rps": capacity,
-            "rate_rps": capacity * args.overload,
-            "max_connections": args.max_connections,
-            "server_args": args.server_args,
-            "preconnect": args.preconnect,
-            "client_timeout_s": args.timeout,
-        },
-        "statuses": dict(sorted(tally.statuses.items())),
-        "admitted_p50_s": p50,
-        "admitted_p99_s": p99,
-        "admitted_on_new_connections": {
-            "count": len(tally.admitted_on_new_connections),
-            "p99_s": percentile(tally.admitted_on_new_connections, 0.99),
-        },
-        "reopened_after_server_close": tally.reopened_after_server_close,
-        "connection_errors": {
-            "kinds": dict(tally.errors.most_common()),
-            "idle_s_before_reuse": {
-                "count": len(tally.error_idle_s),
-                "min": min(tally.error_idle_s, default=None),
-                "p50": percentile(tally.error_idle_s, 0.5),
-            },
-        },
-        "rss_bytes": rss,
-        "rss_growth": growth,
-        "targets": {
-            "only_200_and_429": not unexpected,
-            "admitted_p99_under_2s": p99 is not None and p99 < TARGET_P99_S,
-            "rss_growth_under_5pct": growth < TARGET_RSS_GROWTH,
-        },
+        "load": facts,
+        "command": args.command,
+        "server_args": args.server_args,
+        "deadline_s": args.deadline,
+        "capacity": capacity,
+        "runs": runs,
+        "finished_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
     }
 
 
-def markdown(summary: dict[str, Any]) -> str:
-    settings, rss = summary["settings"], summary["rss_bytes"]
-
-    def secs(value: float | None) -> str:
-        return "-" if value is None else f"{value:.3f}"
-
-    lines = [
-        "# Overload check",
-        "",
-        f"Model `{settings['model']}`, capacity {settings['capacity_rps']:.1f} req/s, sent at "
-        f"{settings['rate_rps']:.1f} req/s ({settings['overload']}x) for {settings['duration_s']:.0f} s over at most "
-        f"{settings['max_connections']} connections; server args `{settings['server_args'] or '(defaults)'}`.",
-        "",
-        *(
-            [f"Load average (1, 5, 15 min) at start {summary['load_avg']['start']}, "
-             f"at end {summary['load_avg']['end']}.", ""]
-            if "load_avg" in summary
-            else []
-        ),
-        "| status | count |",
-        "| --- | ---: |",
-        *(f"| {status} | {count} |" for status, count in summary["statuses"].items()),
-        "",
-        f"Admitted (200) latency: p50 {secs(summary['admitted_p50_s'])} s, p99 {secs(summary['admitted_p99_s'])} s; "
-        f"{summary['admitted_on_new_connections']['count']} of them were the first request on a new connection "
-        f"(p99 {secs(summary['admitted_on_new_connections']['p99_s'])} s, which includes waiting to be accepted).",
-        "",
-        f"Connections the server had closed while idle (uvicorn's keep-alive timeout) and the client reopened "
-        f"before reuse, as a pooled client does: {summary.get('reopened_after_server_close', 0)}. "
-        f"Connection errors by kind: {summary.get('connection_errors', {}).get('kinds') or 'none'}.",
-        "",
-        f"Server RSS: before the load {rss['before_load'] / 2**20:.1f} MiB; at 10 % of the run (start) "
-        f"{rss['start'] / 2**20:.1f} MiB, middle {rss['middle'] / 2**20:.1f} MiB, "
-        f"end {rss['end'] / 2**20:.1f} MiB ({100 * summary['rss_growth']:+.1f} %).",
-        "",
-        "| target | met |",
-        "| --- | --- |",
-        *(f"| {name} | {'yes' if met else 'no'} |" for name, met in summary["targets"].items()),
-        "",
-    ]
-    return "\n".join(lines)
-
-
-async def measure(args: argparse.Namespace, server: servers.Server, port: int) -> dict[str, Any]:
-    texts = sentences()
-    bodies = [json.dumps({"model": args.name, "inputs": text, "truncation": True}).encode() for text in texts]
-    random.Random(0).shuffle(bodies)
-    capacity = args.capacity
-    if capacity is None:
-        await closed_loop("127.0.0.1", port, args.path, bodies, args.measure_concurrency, 2.0)  # warm-up
-        capacity = await closed_loop("127.0.0.1", port, args.path, bodies, args.measure_concurrency, args.measure_s)
-        log.info("measured capacity: %.1f req/s", capacity)
-    if capacity <= 0:
-        raise RuntimeError("capacity is 0: the server answered no request with 200")
-    rss = {"before_load": rss_bytes(server.pid)}
-
-    def sample(name: str) -> Any:
-        return lambda: rss.__setitem__(name, rss_bytes(server.pid))
-
-    tally = await open_loop(
-        "127.0.0.1",
-        port,
-        args.path,
-        bodies,
-        capacity * args.overload,
-        args.duration,
-        args.max_connections,
-        args.timeout,
-        {RSS_START_FRACTION: sample("start"), 0.5: sample("middle")},
-        args.preconnect,
-    )
-    rss.setdefault("start", rss["before_load"])
-    rss.setdefault("middle", rss["start"])
-    rss["end"] = rss_bytes(server.pid)
-    return summarise(args, capacity, tally, rss)
-
-
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.overload", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="NAME=PATH of a text-classification bundle")
-    parser.add_argument("--path", default="/v1/text-classification", help="route to load")
-    parser.add_argument("--duration", type=float, default=600.0, help="seconds of overload")
-    parser.add_argument("--overload", type=float, default=2.0, help="sending rate as a multiple of capacity")
-    parser.add_argument("--capacity", type=float, default=None, help="requests/s (default: measured)")
-    parser.add_argument("--measure-s", type=float, default=10.0, help="seconds of the capacity measurement")
+    parser.add_argument("--load", default="short", help=f"comma-separated loads of {sorted(LOADS)}, or all / long")
+    parser.add_argument(
+        "--model", action="append", default=[], metavar="ROLE=PATH",
+        help="a load's bundle; roles: sst2 (short), qa, ner, embeddings (default: found or built)",
+    )  # fmt: skip
+    parser.add_argument("--duration", type=float, default=120.0, help="seconds of each overload run")
+    parser.add_argument("--overload", type=lambda v: [float(x) for x in v.split(",")], default=[2.0, 5.0],
+                        help="sending rates as multiples of the capacity (default 2,5)")  # fmt: skip
+    parser.add_argument("--capacity", type=float, default=None, help="answers/s (default: measured)")
+    parser.add_argument("--measure-s", type=float, default=None, help="capacity window (default: the load's)")
+    parser.add_argument("--measure-warmup-s", type=float, default=None, help="warm-up before it (default: the load's)")
     parser.add_argument("--measure-concurrency", type=int, default=32, help="clients of the capacity measurement")
+    parser.add_argument(
+        "--settle-s", type=float, default=60.0,
+        help="before each overload run, wait (at most this long) for the server's CPU to go idle",
+    )  # fmt: skip
+    parser.add_argument("--pool", type=int, default=None, help="distinct request bodies (default: the load's)")
     parser.add_argument("--max-connections", type=int, default=800, help="client connections at most")
     parser.add_argument("--timeout", type=float, default=60.0, help="client-side timeout per request (s)")
     parser.add_argument(
-        "--preconnect",
-        action=argparse.BooleanOptionalAction,
-        default=True,
+        "--deadline", type=float, default=None,
+        help="the server's deadline (default: --timeout-s of --server-args, $BERTSERVE_TIMEOUT_S, 30)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--preconnect", action=argparse.BooleanOptionalAction, default=True,
         help="open and warm every client connection before the load (--no-preconnect: open them during the burst)",
-    )
+    )  # fmt: skip
     parser.add_argument("--server-args", default="", help="extra flags for python -m service")
     parser.add_argument("--out", type=Path, default=RESULTS_PREFIX, help="output prefix (.json and .md are added)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args.name, _, model_path = args.model.partition("=")
     if args.duration > 3600 or args.max_connections > 5000:
         parser.error("bounded on purpose: --duration <= 3600 s and --max-connections <= 5000")
-    load_at_start = os.getloadavg()
-    port = servers.free_port()
-    command = servers.bertserve_command({args.name: Path(model_path)}, port)
-    command += ["--host", "127.0.0.1", "--log-level", "warning", *shlex.split(args.server_args)]
-    with servers.running("bertserve-overload", command, port, "/health/ready", LOG_DIR) as server:
-        summary = asyncio.run(measure(args, server, port))
-    summary["load_avg"] = {"start": [round(v, 2) for v in load_at_start], "end": [round(v, 2) for v in os.getloadavg()]}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(summary))
-    print(markdown(summary))
-    return 0 if all(summary["targets"].values()) else 1
+    try:
+        loads = selected_loads(args.load)
+        models = model_paths(args.model, loads)
+    except ValueError as error:
+        parser.error(str(error))
+    args.deadline = args.deadline or deadline_of(args.server_args)
+    args.command = "python -m benchmarks.overload " + shlex.join(sys.argv[1:] if argv is None else argv)
+    current: dict[str, Any] = {"loads": {}}
+    json_path, md_path = args.out.with_suffix(".json"), args.out.with_suffix(".md")
+    for name in loads:  # written after each load: a load that fails later does not lose the ones before
+        current["loads"][name] = run_load(args, name, models)
+        results = merge(json.loads(json_path.read_text()) if json_path.is_file() else None, current)
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(results, indent=2) + "\n")
+        md_path.write_text(markdown(results))
+    print(markdown(current))
+    return 0 if all_targets_met(current) else 1
 
 
 if __name__ == "__main__":
