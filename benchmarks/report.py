@@ -282,18 +282,9 @@ def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
             axis.axhline(raw["sequences_per_s"], linestyle="--" if raw_method(raw) == CHUNK_SORTED else ":",
                          linewidth=1, color="grey" if raw["variant"] == "fp32" else "black",
                          label=f"raw ORT {raw['variant']} {raw_method(raw)}")  # fmt: skip
-        axis.set_xscale("log", base=2)
-        axis.set_xlabel("concurrency (connections)")
-        axis.set_ylabel("sequences / s")
         axis.set_ylim(bottom=0)
-        axis.set_title(TASK_TITLES[task])
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
-    figure.tight_layout()
-    path = out_dir / "throughput.png"
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    written.append(path)
+        _label_concurrency_axis(axis, task, "sequences / s", legend_size=7)
+    written.append(_save(plt, figure, out_dir / "throughput.png"))
 
     figure, axes = task_axes(plt, len(tasks))
     for axis, task in zip(axes, tasks, strict=False):
@@ -305,19 +296,27 @@ def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
             xs = [r["concurrency"] for r in rows]
             axis.plot(xs, [r["p50_ms"] for r in rows], marker="o", color=color, label=f"{system} p50")
             axis.plot(xs, [r["p99_ms"] for r in rows], marker="x", linestyle=":", color=color, label=f"{system} p99")
-        axis.set_xscale("log", base=2)
         axis.set_yscale("log")
-        axis.set_xlabel("concurrency (connections)")
-        axis.set_ylabel("latency (ms)")
-        axis.set_title(TASK_TITLES[task])
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=6)
+        _label_concurrency_axis(axis, task, "latency (ms)", legend_size=6)
+    written.append(_save(plt, figure, out_dir / "latency.png"))
+    return written
+
+
+def _label_concurrency_axis(axis: Any, task: str, ylabel: str, legend_size: int) -> None:
+    """A task's panel: concurrency on a log2 x axis, the task as title, a grid and the legend."""
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("concurrency (connections)")
+    axis.set_ylabel(ylabel)
+    axis.set_title(TASK_TITLES[task])
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=legend_size)
+
+
+def _save(plt: Any, figure: Any, path: Path) -> Path:
     figure.tight_layout()
-    path = out_dir / "latency.png"
     figure.savefig(path, dpi=110)
     plt.close(figure)
-    written.append(path)
-    return written
+    return path
 
 
 def write(results: dict[str, Any], out_dir: Path) -> list[Path]:
