@@ -6,7 +6,7 @@ so the three feed the graph the same way (pad id from the tokenizer, attention m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -92,12 +92,14 @@ def ort_session(
     spin: bool = True,
     optimize: bool = True,
     providers: Sequence[str] = ("CPUExecutionProvider",),
+    config: Mapping[str, str] | None = None,
 ) -> ort.InferenceSession:
     """An InferenceSession as every caller here opens one.
 
     ``threads``: intra-op threads (None: onnxruntime's choice); one inter-op thread, sequential execution.
     ``spin=False`` stops idle intra-op threads from busy-waiting (costs latency, frees the cores for others).
-    ``optimize=False`` runs the graph exactly as written (no graph rewrites).
+    ``optimize=False`` runs the graph exactly as written (no graph rewrites). ``config``: more session config
+    entries (onnxruntime's ``session.*`` keys).
     """
     import onnxruntime as ort
 
@@ -109,6 +111,8 @@ def ort_session(
         options.intra_op_num_threads = threads
     if not spin:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    for key, value in (config or {}).items():
+        options.add_session_config_entry(key, value)
     options.graph_optimization_level = (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -186,35 +187,33 @@ class Engine:
             handler = HANDLERS[bundle.spec.task]
         context = load_context(bundle)
         outputs = task_spec(bundle.spec.task).outputs
-        try:
-            runner = OrtRunner(bundle.model_path, outputs, settings.intra_op_threads, settings.intra_op_spinning)
-        except Exception as exc:
-            raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
-        name = name or bundle.path.name
-        served: ModelRunner = runner
-        batching = None
-        if settings.tunes():
-            width = token_output_width(runner, task_spec(bundle.spec.task).token_level)
-            cap = MAX_TOKEN_OUTPUT_BYTES // (4 * width) if width else None
-            served, batching = tune_runner(name, bundle.model_path, outputs, context, runner, settings, cap)
-        threads = batching.intra_op_threads if batching is not None else settings.intra_op_threads
-        workers = settings.model_workers
         spin = settings.intra_op_spinning
 
-        def make_runner(threads: int = threads) -> ModelRunner:
-            return OrtRunner(bundle.model_path, outputs, threads, spin)
+        def make_runner(threads: int = settings.intra_op_threads) -> ModelRunner:
+            try:
+                return OrtRunner(bundle.model_path, outputs, threads, spin)
+            except Exception as exc:
+                raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
+
+        served = make_runner()
+        name = name or bundle.path.name
+        batching = None
+        if settings.tunes():
+            width = token_output_width(served, task_spec(bundle.spec.task).token_level)
+            cap = MAX_TOKEN_OUTPUT_BYTES // (4 * width) if width else None
+            tuned, batching = tune_runner(name, bundle.model_path, outputs, context, served, settings, cap)
+            # the tuner's sessions keep the arena their largest trial batch grew: serve on a fresh one
+            del tuned, served
+            served = make_runner(batching.intra_op_threads)
+        threads = batching.intra_op_threads if batching is not None else settings.intra_op_threads
+        workers = settings.model_workers
 
         # with every worker busy each shares the session's threads; a lone batch may have every core (opt-in:
         # the second session holds the weights a second time)
         solo_threads = min(os.cpu_count() or 1, threads * workers)
-        solo = None
-        if settings.solo_session and workers > 1 and solo_threads > threads:
-            try:
-                solo = make_runner(solo_threads)
-            except Exception as exc:
-                raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
-        return cls(name, bundle, handler, context, served, settings, executor, observer, batching, workers,
-                   make_runner, solo)  # fmt: skip
+        solo = make_runner(solo_threads) if settings.solo_session and workers > 1 and solo_threads > threads else None
+        fresh = functools.partial(make_runner, threads)
+        return cls(name, bundle, handler, context, served, settings, executor, observer, batching, workers, fresh, solo)
 
     @property
     def task(self) -> str:

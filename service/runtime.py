@@ -31,6 +31,22 @@ RETIRE_AFTER_FAILURES = 3
 # Batches of at least this many padded tokens give their activations back to the system when they end: the arena
 # otherwise keeps the largest batch's peak for good, and at this size a fresh allocation costs little.
 SHRINK_ARENA_TOKENS = 2048
+SHARED_ARENA = {"session.use_env_allocators": "1"}
+
+
+_arena_lock = threading.Lock()
+_arena_registered = False
+
+
+def share_one_arena() -> None:
+    """Register one CPU arena for every session of this process (sessions opt in with ``use_env_allocators``): a
+    model's activations then reuse what another model's batch freed, instead of each session keeping its own peak."""
+    global _arena_registered
+    with _arena_lock:
+        if not _arena_registered:
+            memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+            ort.create_and_register_allocator(memory, ort.OrtArenaCfg(0, -1, -1, -1))
+            _arena_registered = True
 
 
 def release_free_memory() -> None:
@@ -63,7 +79,8 @@ class OrtRunner:
     def __init__(
         self, model_path: Path, output_names: tuple[str, ...], intra_op_threads: int, spin: bool = False
     ) -> None:
-        self.session = ort_session(model_path, threads=intra_op_threads, spin=spin)
+        share_one_arena()
+        self.session = ort_session(model_path, threads=intra_op_threads, spin=spin, config=SHARED_ARENA)
         found = {out.name for out in self.session.get_outputs()}
         missing = [name for name in output_names if name not in found]
         if missing:
