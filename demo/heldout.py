@@ -7,20 +7,11 @@ telling entities from filler, not how the "simple" aggregation groups sub-words 
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from demo.data import (
-    PROFESSIONS,
-    PUNCTUATION,
-    SUBJECTS,
-    YEARS,
-    FillerGrammar,
-    TaggedTokens,
-    detokenize,
-    tagged_sentence,
-)
+from demo.data import PUNCTUATION, FillerGrammar, TaggedTokens, answer_start, detokenize, tagged_sentence
+from demo.vocabulary import PROFESSIONS, SUBJECTS, YEARS
 
 # Held out: the held-out check's inputs only. Each is one word of the encoder's vocabulary (tests check both).
 HELDOUT_FIRST_NAMES = (
@@ -249,14 +240,6 @@ def biography(rng: random.Random, pools: dict[str, tuple[str, ...]], avoid: set[
     )
 
 
-def _word_offset(sentence: str, answer: str) -> int:
-    """The answer's first whole-word occurrence ("chemist" must not match inside "chemistry")."""
-    match = re.search(rf"\b{re.escape(answer)}\b", sentence)
-    if match is None:
-        raise ValueError(f"answer {answer!r} is not in {sentence!r}")
-    return match.start()
-
-
 def _join(sentences: Sequence[str]) -> tuple[str, list[int]]:
     """Sentences joined by spaces, and where each starts."""
     starts, length = [], 0
@@ -329,7 +312,7 @@ def heldout_qa_context(seed: int = 2022, words: int = 5000) -> PlantedContext:
             number = 0 if key.startswith("birth") else 1
             sentence_start = starts[block_at[placement] + number]
             answer = person.answer(key)
-            start = sentence_start + _word_offset(sentences[block_at[placement] + number], answer)
+            start = sentence_start + answer_start(sentences[block_at[placement] + number], answer)
             probes.append(QAProbe(placement, question.format(name=person.name), answer, start))
     return PlantedContext(context, probes)
 

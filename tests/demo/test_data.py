@@ -15,7 +15,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from contract.decoding import default_stride
-from demo import build, check, data, heldout
+from demo import build, check, data, heldout, vocabulary
 from demo.examples import EXAMPLES
 from model_export.__main__ import build_parser as export_parser
 from tests.service.tiny_models import build_tiny_models, cache_key
@@ -26,10 +26,8 @@ from training.squad import read_squad
 ENTITY_KINDS = {"PER", "LOC", "ORG", "MISC"}
 # Everyday words the NER demo must leave O in long texts (the failure demo/check.py guards against).
 COMMON_WORDS = {"music", "city", "river", "people", "Monday", "Sunday", "January", "May", "August", "bank", "company"}
-TRAINING_NAMES = {
-    "FIRST": data.PERSON_FIRST, "LAST": data.PERSON_LAST, "LOC": data.ENTITY_CITIES + data.CITIES,
-    "ORG": data.ENTITY_ORGANISATIONS, "MISC": data.ENTITY_MISC,
-}  # fmt: skip
+# Every name the training data draws (sentiment and fill-mask use subsets: FIRST_NAMES, CITIES, ...).
+TRAINING_NAMES = vocabulary.TRAINING_POOLS
 
 
 def spec_named(name: str) -> build.DemoSpec:
@@ -60,10 +58,10 @@ def test_sentiment_rows_are_balanced_varied_and_readable(tmp_path: Path) -> None
     rows = read_classification_rows(write("sentiment", tmp_path, 400))
     assert Counter(row.label for row in rows) == {"POSITIVE": 200, "NEGATIVE": 200}
     assert len({row.text for row in rows}) > 300
-    positive_words = set(data.POSITIVE_WORDS)
+    positive_words = set(vocabulary.POSITIVE_WORDS)
     for row in rows:
         words = set(row.text.lower().replace(",", " ").replace(".", " ").replace("!", " ").split())
-        if words & positive_words and words & set(data.NEGATIVE_WORDS):
+        if words & positive_words and words & set(vocabulary.NEGATIVE_WORDS):
             pytest.fail(f"mixed sentiment words in {row.text!r}")
 
 
@@ -79,7 +77,7 @@ def test_ner_blocks_are_valid_iob2_with_all_four_entity_kinds(tmp_path: Path) ->
             if tag != "O":
                 kinds_seen.add(tag[2:])
             if tag == "B-LOC":
-                assert any(city.split()[0] == token for city in data.ENTITY_CITIES)
+                assert any(city.split()[0] == token for city in vocabulary.ENTITY_CITIES)
             previous = tag
     assert kinds_seen == ENTITY_KINDS
 
@@ -156,19 +154,19 @@ def test_held_out_lists_and_templates_are_disjoint_from_training() -> None:
     for kind, pool in heldout.HELDOUT_POOLS.items():
         clash = {name for name in pool if name.lower() in training_words}
         assert not clash, f"held-out {kind} also used in training: {clash}"
-    assert not set(heldout.CHECK_NER_TEMPLATES) & set(data.NER_TEMPLATES)
+    assert not set(heldout.CHECK_NER_TEMPLATES) & set(vocabulary.NER_TEMPLATES)
     for field in ("subjects", "actions", "places", "times", "standalone"):
         shared = set(getattr(heldout.CHECK_FILLER, field)) & set(getattr(data.TRAINING_FILLER, field))
         assert not shared, f"filler {field} shared: {shared}"
     for check_words, training in (
-        (heldout.CHECK_POSITIVE_WORDS, data.POSITIVE_WORDS + data.NEGATIVE_WORDS),
-        (heldout.CHECK_NEGATIVE_WORDS, data.POSITIVE_WORDS + data.NEGATIVE_WORDS),
-        (heldout.CHECK_REVIEW_SUBJECTS, data.REVIEW_SUBJECTS),
-        (heldout.CHECK_POSITIVE_TEMPLATES, data.POSITIVE_TEMPLATES),
-        (heldout.CHECK_NEGATIVE_TEMPLATES, data.NEGATIVE_TEMPLATES),
+        (heldout.CHECK_POSITIVE_WORDS, vocabulary.POSITIVE_WORDS + vocabulary.NEGATIVE_WORDS),
+        (heldout.CHECK_NEGATIVE_WORDS, vocabulary.POSITIVE_WORDS + vocabulary.NEGATIVE_WORDS),
+        (heldout.CHECK_REVIEW_SUBJECTS, vocabulary.REVIEW_SUBJECTS),
+        (heldout.CHECK_POSITIVE_TEMPLATES, vocabulary.POSITIVE_TEMPLATES),
+        (heldout.CHECK_NEGATIVE_TEMPLATES, vocabulary.NEGATIVE_TEMPLATES),
     ):
         assert not set(check_words) & set(training)
-    assert not {country for country, _ in heldout.CHECK_CAPITALS} & {country for country, _ in data.CAPITALS}
+    assert not {country for country, _ in heldout.CHECK_CAPITALS} & {country for country, _ in vocabulary.CAPITALS}
 
 
 def test_held_out_names_are_whole_words_of_the_encoder_vocabulary(encoder_tokenizer: Tokenizer) -> None:
