@@ -195,13 +195,15 @@ class Engine:
             except Exception as exc:
                 raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
 
+        built = time.perf_counter()
         served = make_runner()
+        build_s = time.perf_counter() - built
         name = name or bundle.path.name
         batching = None
         if settings.tunes():
             width = token_output_width(served, task_spec(bundle.spec.task).token_level)
             cap = MAX_TOKEN_OUTPUT_BYTES // (4 * width) if width else None
-            tuned, batching = tune_runner(name, bundle.model_path, outputs, context, served, settings, cap)
+            tuned, batching = tune_runner(name, bundle.model_path, outputs, context, served, settings, cap, build_s)
             # the tuner's sessions keep the arena their largest trial batch grew: serve on a fresh one
             del tuned, served
             served = make_runner(batching.intra_op_threads)

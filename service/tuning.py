@@ -10,8 +10,10 @@ is bounded whatever the clock says; a setting given explicitly is not tuned (its
 - ``max_batch_size``: the same sweep with 16-token rows, up to the token budget: how many short rows one call
   should take; never fewer than the long rows the token budget holds.
 
-Sweeps stop early once throughput stops growing or when the next batch would not fit in the time budget
-(``tune_seconds`` per model); what was not measured is not picked.
+Sweeps stop early once throughput stops growing or when the next batch would not fit in the time budget; what was
+not measured is not picked. The budget is ``tune_seconds`` per model, unless one call of the model is so slow that
+the least the tuner must measure (every thread candidate, two batch sizes of each sweep) would not fit: then the
+budget is that least, from a timed call and session build, and the log says so.
 """
 
 from __future__ import annotations
@@ -142,15 +144,39 @@ class _Sweep:
         return min(value for value, rate in self.rates.items() if rate >= WITHIN_BEST * best)
 
 
-def _time_batch(runner: ModelRunner, batch: PaddedRows) -> float:
-    """Seconds per call: the best of TIMED_RUNS after one warm-up call (first-shape allocations)."""
+SLOW_CALL_S = 0.05  # calls this slow are timed once after the warm-up call: their own noise is small
+
+
+def _time_batch(runner: ModelRunner, batch: PaddedRows, runs: int = TIMED_RUNS) -> float:
+    """Seconds per call: the best of ``runs`` after one warm-up call (first-shape allocations)."""
     runner.run(batch)
     best = float("inf")
-    for _ in range(TIMED_RUNS):
+    for _ in range(runs):
         started = time.perf_counter()
         runner.run(batch)
         best = min(best, time.perf_counter() - started)
     return max(best, 1e-9)
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """What one timed measurement costs on this model: from one timed call of a 1-row long batch and the time one
+    session took to build."""
+
+    row_s: float  # one long row
+    build_s: float
+
+    @property
+    def runs(self) -> int:
+        return 1 if self.row_s * THREADS_PROBE_ROWS >= SLOW_CALL_S else TIMED_RUNS
+
+    def measurement_s(self, rows: int) -> float:
+        return (self.runs + 1) * rows * self.row_s
+
+    def least_plan_s(self, thread_options: int) -> float:
+        """Every thread candidate, then two sizes of each row sweep (1 and 2 long rows; short rows cost less)."""
+        threads = thread_options * self.measurement_s(THREADS_PROBE_ROWS) + (thread_options - 1) * self.build_s
+        return threads + 2 * self.measurement_s(3)
 
 
 class Tuner:
@@ -167,6 +193,19 @@ class Tuner:
         self.ids = (cls_id, sep_id, vocab_size)
         self.max_length = max_length
         self.clock = _Clock(budget_s)
+        self.cost = CallCost(0.0, 0.0)
+        self.budget_note = ""
+
+    def _plan(self, runner: ModelRunner, build_s: float, thread_options: int) -> None:
+        """Time one long row and set the budget: ``tune_seconds``, or the least the plan needs on a slow model."""
+        single = self._batch(1, min(LONG_ROW_TOKENS, self.max_length))
+        self.cost = CallCost(_time_batch(runner, single, runs=1), build_s)
+        least = self.cost.least_plan_s(thread_options) + self.clock.elapsed
+        if least > self.clock.budget_s:
+            self.budget_note = f"budget {least:.1f} s, the least its sweeps need at this model's speed"
+            self.clock.budget_s = least
+        else:
+            self.budget_note = f"budget {self.clock.budget_s:g} s"
 
     def _batch(self, rows: int, length: int) -> PaddedRows:
         return synthetic_batch(rows, length, *self.ids)
@@ -174,28 +213,25 @@ class Tuner:
     def _sweep_threads(
         self, candidates: list[int], current: tuple[int, ModelRunner]
     ) -> tuple[int, ModelRunner, _Sweep]:
+        """Every candidate is measured (the budget was set so that they fit)."""
         batch = self._batch(THREADS_PROBE_ROWS, min(LONG_ROW_TOKENS, self.max_length))
         tokens = batch.input_ids.size
         sweep, runners = _Sweep(), {current[0]: current[1]}
-        order = sorted(candidates, key=lambda threads: (threads != current[0], threads))
-        for threads in order:
-            expected = NEW_SESSION_MARGIN * (TIMED_RUNS + 1) * sweep.last_seconds
-            if threads != current[0] and sweep.rates and not self.clock.allows(expected, THREADS_SHARE):
-                break
+        for threads in sorted(candidates, key=lambda threads: (threads != current[0], threads)):
             runner = runners.get(threads) or self.make_runner(threads)
             runners[threads] = runner
-            seconds = _time_batch(runner, batch)
+            seconds = _time_batch(runner, batch, self.cost.runs)
             sweep.rates[threads], sweep.last_seconds = tokens / seconds, seconds
         chosen = sweep.knee()
         return chosen, runners[chosen], sweep
 
     def _sweep_rows(self, runner: ModelRunner, length: int, sizes: list[int], share: float) -> _Sweep:
         sweep, stalled = _Sweep(), 0
-        for size in sizes:
-            expected = sweep.last_seconds * 2 * (TIMED_RUNS + 1)
-            if sweep.rates and not self.clock.allows(expected, share):
+        for count, size in enumerate(sizes):
+            expected = sweep.last_seconds * 2 * (self.cost.runs + 1)
+            if count >= 2 and not self.clock.allows(expected, share):
                 break
-            seconds = _time_batch(runner, self._batch(size, length))
+            seconds = _time_batch(runner, self._batch(size, length), self.cost.runs)
             rate = size * length / seconds
             stalled = stalled + 1 if sweep.rates and rate < GROWTH * max(sweep.rates.values()) else 0
             sweep.rates[size], sweep.last_seconds = rate, seconds
@@ -204,10 +240,12 @@ class Tuner:
         return sweep
 
     def tune(
-        self, candidates: dict[str, list[int]], runner: ModelRunner, threads: int
+        self, candidates: dict[str, list[int]], runner: ModelRunner, threads: int, build_s: float = 0.0
     ) -> tuple[BatchingChoice, ModelRunner]:
-        """Pick every setting inside ``candidates``; returns the choice and the runner with the chosen threads."""
+        """Pick every setting inside ``candidates``; returns the choice and the runner with the chosen threads.
+        ``build_s``: how long ``runner``'s session took to build (what another thread count's session will cost)."""
         measured: dict[str, dict[int, float]] = {}
+        self._plan(runner, build_s, len(candidates["intra_op_threads"]))
         threads, runner, sweep = self._sweep_threads(candidates["intra_op_threads"], (threads, runner))
         measured["intra_op_threads"] = sweep.rates
         long_row = min(LONG_ROW_TOKENS, self.max_length)
@@ -241,12 +279,13 @@ def _rounded(measured: dict[str, dict[int, float]]) -> dict[str, dict[int, float
     return {name: {value: round(rate, 1) for value, rate in rates.items()} for name, rates in measured.items()}
 
 
-def log_choice(name: str, choice: BatchingChoice) -> None:
+def log_choice(name: str, choice: BatchingChoice, budget_note: str = "") -> None:
     chosen = {key: getattr(choice, key) for key in ("max_batch_tokens", "max_batch_size", "intra_op_threads")}
     logger.info(
-        "model %s: tuned in %.2f s: %s; picked from %s; tokens/s measured: %s",
+        "model %s: tuned in %.2f s (%s): %s; picked from %s; tokens/s measured: %s",
         name,
         choice.seconds,
+        budget_note or "budget as given",
         ", ".join(f"{key} {value}" for key, value in chosen.items()),
         choice.candidates,
         choice.tokens_per_second,
@@ -261,8 +300,10 @@ def tune_runner(
     runner: ModelRunner,
     settings: Settings,
     max_tokens_cap: int | None = None,
+    build_s: float = 0.0,
 ) -> tuple[ModelRunner, BatchingChoice]:
-    """Tune one loaded model (before its worker starts); returns the runner to serve with and the choice."""
+    """Tune one loaded model (before its worker starts); returns the runner to serve with and the choice.
+    ``build_s``: how long ``runner``'s session took to build."""
     candidates = candidate_sets(settings, context.max_length, max_tokens_cap)
     tuner = Tuner(
         lambda threads: OrtRunner(model_path, outputs, threads, settings.intra_op_spinning),
@@ -272,6 +313,6 @@ def tune_runner(
         context.max_length,
         settings.tune_seconds,
     )
-    choice, runner = tuner.tune(candidates, runner, settings.intra_op_threads)
-    log_choice(name, choice)
+    choice, runner = tuner.tune(candidates, runner, settings.intra_op_threads, build_s)
+    log_choice(name, choice, tuner.budget_note)
     return runner, choice

@@ -9,14 +9,16 @@ import asyncio
 import json
 import logging
 import shutil
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from service.__main__ import settings_from_args
 from service.engine import Engine
 from service.settings import TUNED_SETTINGS, Settings
-from service.tuning import BatchingChoice, _at_least, _Sweep, candidate_sets, thread_candidates
+from service.tuning import BatchingChoice, Tuner, _at_least, _Sweep, candidate_sets, thread_candidates
 from tests.service.apptools import serving
 from tests.service.tiny_models import TinyModel
 
@@ -115,3 +117,37 @@ def test_models_and_metrics_show_the_batching_and_the_int8_figures(
         value = float(getattr(engine.batching, name))
         line = f'bertserve_batching{{model="tc",setting="{name}",source="tuned",task="text-classification"}} {value}'
         assert line in metrics
+
+
+class SlowRunner:
+    """Takes ``row_s`` per row of every batch (a stand-in for a big model), whatever its thread count."""
+
+    output_names = ("logits",)
+
+    def __init__(self, row_s: float) -> None:
+        self.row_s = row_s
+
+    def run(self, batch):  # type: ignore[no-untyped-def]
+        time.sleep(self.row_s * batch.input_ids.shape[0])
+        return {"logits": np.zeros((batch.input_ids.shape[0], 2), dtype=np.float32)}
+
+
+@pytest.mark.parametrize(("row_s", "raised"), [(0.002, False), (0.03, True)])
+def test_tuning_measures_every_thread_candidate_and_keeps_its_budget(row_s: float, raised: bool) -> None:
+    built: list[int] = []
+
+    def make(threads: int) -> SlowRunner:
+        built.append(threads)
+        return SlowRunner(row_s)
+
+    tuner = Tuner(make, cls_id=101, sep_id=102, vocab_size=1000, max_length=128, budget_s=0.5)
+    candidates = {"intra_op_threads": [1, 2], "max_batch_tokens": [128 * n for n in (1, 2, 4, 8, 16)],
+                  "max_batch_size": [1, 2, 4, 8, 16, 32]}  # fmt: skip
+    choice, _ = tuner.tune(candidates, SlowRunner(row_s), threads=1, build_s=0.01)
+    assert set(choice.tokens_per_second["intra_op_threads"]) == {1, 2} and built == [2]
+    budget = tuner.clock.budget_s
+    assert choice.seconds <= 1.2 * budget
+    if raised:  # 30 ms a row: the thread candidates and two sizes per sweep need ~0.9 s; the log says why
+        assert budget > 0.5 and "the least its sweeps need" in tuner.budget_note
+    else:
+        assert budget == 0.5 and tuner.budget_note == "budget 0.5 s"
