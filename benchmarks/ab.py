@@ -9,6 +9,10 @@ when its median wins by more than the rounds' own spread.
     python -m benchmarks.ab --model sst2=runs/accuracy/bundles/sst2-fp32 --tree base=/tmp/ab-base --tree new=. \\
         --concurrency 32 --rounds 4 --duration 10 --out benchmarks/results/ab-orjson
 
+``--protocol`` sends the same load in another protocol's shape to the same model: ``v2`` (Open Inference
+Protocol infer, any task), ``tei`` (``/embed`` for embeddings, ``/rerank`` for rerank); default: the task's
+own route (``/v1/...``, ``/v1/embeddings`` for embeddings).
+
 Both trees run with this interpreter (the same installed packages); ``python -m service`` started in
 a tree imports that tree's ``service`` and ``model_export``.
 """
@@ -35,6 +39,39 @@ log = logging.getLogger("benchmarks.ab")
 LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "ab-logs"
 
 
+def text_tensor(name: str, texts: list[str]) -> dict[str, Any]:
+    return {"name": name, "shape": [len(texts)], "datatype": "BYTES", "data": texts}
+
+
+def v2_inputs(task: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A load body's inputs as Open Inference Protocol tensors (service.oip.LAYOUTS names them)."""
+    if task == "squad":
+        return [
+            text_tensor("question", [body["inputs"]["question"]]),
+            text_tensor("context", [body["inputs"]["context"]]),
+        ]
+    if task == "rerank":
+        return [text_tensor("query", [body["query"]]), text_tensor("documents", body["documents"])]
+    texts = body["input"] if task == "embeddings" else body["inputs"]
+    return [text_tensor("text", texts if isinstance(texts, list) else [texts])]
+
+
+def protocol_requests(
+    task: str, protocol: str | None, bodies: list[dict[str, Any]]
+) -> tuple[str, list[dict[str, Any]]]:
+    """The load's (path, bodies) in ``protocol``'s shape (None: the task's own route)."""
+    if protocol is None:
+        return bertserve_path(task), bodies
+    model = bodies[0]["model"]
+    if protocol == "v2":
+        return f"/v2/models/{model}/infer", [{"inputs": v2_inputs(task, body)} for body in bodies]
+    if protocol == "tei" and task == "embeddings":
+        return "/embed", [{"model": model, "inputs": body["input"]} for body in bodies]
+    if protocol == "tei" and task == "rerank":
+        return "/rerank", [{"model": model, "query": body["query"], "texts": body["documents"]} for body in bodies]
+    raise ValueError(f"no {protocol} route for {task}")
+
+
 def measure_tree(args: argparse.Namespace, label: str, tree: Path, bodies: Path, path: str) -> list[dict[str, Any]]:
     port = servers.free_port()
     command = [sys.executable, "-m", "service", "--port", str(port), "--host", "127.0.0.1", "--log-level", "warning",
@@ -46,7 +83,7 @@ def measure_tree(args: argparse.Namespace, label: str, tree: Path, bodies: Path,
         for concurrency in args.concurrency:
             loadgen.run_wrk(url, bodies, concurrency, args.warmup)
             cpu_before, wall_before = server.cpu_seconds(), time.monotonic()
-            result = loadgen.run_wrk(url, bodies, concurrency, args.duration)
+            result = loadgen.run_wrk(url, bodies, concurrency, args.duration, sequences_per_request=args.sequences)
             cpu, wall = server.cpu_seconds() - cpu_before, time.monotonic() - wall_before
             requests = max(1, result.requests)
             points.append({
@@ -90,7 +127,8 @@ def markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# A/B: {' vs '.join(labels)}",
         "",
-        f"Model `{summary['model']}`, {summary['rounds']} interleaved rounds, {summary['duration_s']:.0f} s per point "
+        f"Model `{summary['model']}`, `POST {summary['path']}`, {summary['rounds']} interleaved rounds, "
+        f"{summary['duration_s']:.0f} s per point "
         f"after {summary['warmup_s']:.0f} s warm-up; server args `{summary['server_args'] or '(defaults)'}`. "
         f"Load average at start {summary['load_avg']['start']}, at end {summary['load_avg']['end']}.",
         "",
@@ -120,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--task", default="sst2", help="the load, as benchmarks.run names it")
+    parser.add_argument("--protocol", choices=("v2", "tei"), help="send the load in this protocol's shape")
     parser.add_argument("--server-args", default="", help="extra flags for python -m service (every tree)")
     parser.add_argument("--args", action="append", default=[], help="LABEL=FLAGS: extra flags for one tree only")
     parser.add_argument("--out", type=Path, required=True, help="output prefix (.json and .md are added)")
@@ -132,13 +171,18 @@ def main(argv: list[str] | None = None) -> int:
     if len(trees) < 2:
         parser.error("give two trees or more: --tree base=PATH --tree new=PATH")
     load = bertserve_loads(args.task, args.name)[0]
-    bodies = loadgen.write_bodies(load.bodies, LOG_DIR / f"bodies-{args.task}.jsonl")
+    try:
+        path, requests = protocol_requests(args.task, args.protocol, load.bodies)
+    except ValueError as exc:
+        parser.error(str(exc))
+    args.sequences = load.sequences_per_request
+    bodies = loadgen.write_bodies(requests, LOG_DIR / f"bodies-{args.task}-{args.protocol or 'own'}.jsonl")
     load_at_start = os.getloadavg()
     points: list[dict[str, Any]] = []
     for round_index in range(args.rounds):
         order = trees if round_index % 2 == 0 else trees[::-1]
         for label, tree in order:
-            for point in measure_tree(args, label, tree, bodies, bertserve_path(args.task)):
+            for point in measure_tree(args, label, tree, bodies, path):
                 points.append({"round": round_index, **point})
     labels = [label for label, _ in trees]
     described = {
@@ -146,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, tree in trees
     }
     summary = {
-        "model": args.model, "labels": labels, "trees": described,
+        "model": args.model, "path": path, "labels": labels, "trees": described,
         "rounds": args.rounds, "duration_s": args.duration, "warmup_s": args.warmup, "server_args": args.server_args,
         "points": points, "verdict": verdict(points, labels, args.concurrency),
         "load_avg": {"start": [round(v, 2) for v in load_at_start], "end": [round(v, 2) for v in os.getloadavg()]},

@@ -21,8 +21,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api import ROUTERS
-from service.api.fast_path import TaskFastPath
-from service.api.tasks import FAST_PATH_MODELS
+from service.api.entry import InferenceEntry
+from service.api.protocols import INFERENCE_ROUTES
 from service.engine import Engine
 from service.errors import ServiceError, error_body, http_error_type
 from service.metrics import ServiceMetrics
@@ -103,6 +103,7 @@ def create_app(
                 if worker.observer is None:
                     worker.observer = observer
             metrics.watch_queue(name, engine.task, functools.partial(getattr, engine.batcher, "queue_depth"))
+            metrics.watch_engine(engine)
             metrics.record_batching(name, engine.task, engine.batching)
         registry = ModelRegistry(loaded, skipped)
         app.state.registry = registry
@@ -140,16 +141,8 @@ def create_app(
     # FastAPI nests an included router's routes, so the app's own list does not show their paths: ask the routers
     routes = [*app.routes, *(route for router in ROUTERS for route in router.routes)]
     known_paths = frozenset(path for route in routes if (path := getattr(route, "path", "")))
-    if settings.fast_path:
-        posted = {
-            getattr(route, "path", ""): route
-            for router in ROUTERS
-            for route in router.routes
-            if "POST" in getattr(route, "methods", ())
-        }
-        app.add_middleware(
-            TaskFastPath, routes={path: (posted[path], model) for path, model in FAST_PATH_MODELS.items()}
-        )
+    posted = {getattr(route, "path", ""): route for route in routes if "POST" in getattr(route, "methods", ())}
+    app.add_middleware(InferenceEntry, routes=[(route, posted[route.path]) for route in INFERENCE_ROUTES])
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent_requests=settings.max_concurrent_requests)
     if settings.api_keys:

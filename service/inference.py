@@ -1,10 +1,9 @@
-"""The request path every router shares, whatever its protocol: pick the engine, check the request's
-size, run it, and give it up when the client goes away.
+"""The request path every protocol shares: pick the engine, check the request's size, run it, and give it up
+when the client goes away.
 
-A router (the v1 JSON routes today; an OpenAI-compatible or OIP v2 router could be others) turns
-its body into an ``InferenceRequest`` and the ``InferenceResult`` into its response. Nothing here
-knows HTTP: a router that can tell when its client disconnects passes ``client_gone``, a function
-whose awaitable returns when that happens.
+A protocol's adapter (``service.api``) turns its body into an ``InferenceRequest`` and the ``InferenceResult``
+into its response. Nothing here knows HTTP: a caller that can tell when its client disconnects passes
+``client_gone``, a function whose awaitable returns when that happens.
 """
 
 from __future__ import annotations
@@ -12,11 +11,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.errors import ClientClosedRequest, PayloadTooLarge
 from service.registry import ModelRegistry
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.engine import Engine
 
 T = TypeVar("T")
 
@@ -40,13 +42,19 @@ class InferenceResult:
 
 
 async def run_inference(
-    request: InferenceRequest, registry: ModelRegistry, settings: Settings, client_gone: ClientGone | None = None
+    request: InferenceRequest,
+    registry: ModelRegistry,
+    settings: Settings,
+    client_gone: ClientGone | None = None,
+    engine: Engine | None = None,
 ) -> InferenceResult:
-    """Select the engine, enforce the task's input limit (``Settings.max_inputs_for``: ``max_inputs_per_request``,
-    ``max_embedding_inputs`` for embeddings), infer; cancelled if ``client_gone`` returns first."""
+    """Select the engine (unless the protocol chose ``engine``: an OIP v2 path names it), enforce the task's input
+    limit (``Settings.max_inputs_for``: ``max_inputs_per_request``, ``max_embedding_inputs`` for embeddings), infer;
+    cancelled if ``client_gone`` returns first."""
     # No shutting_down check here: after SIGTERM uvicorn accepts no new connections, and a request already
     # sent on an open one is answered; the engines refuse work only once the lifespan stops them.
-    engine = registry.select(request.task, request.model)
+    if engine is None:
+        engine = registry.select(request.task, request.model)
     count, limit = len(request.inputs), settings.max_inputs_for(request.task)
     if count > limit:
         raise PayloadTooLarge(f"{count} inputs in one request; the limit is {limit}")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.http import encode_json
 from service.errors import Overloaded, PayloadTooLarge, ServiceError, Unauthorized
+from service.http_io import body_too_large, read_body, replaying, send_error
 from service.metrics import ServiceMetrics
 
 # Paths an API key never guards: the health probes, the service's own and the Open Inference Protocol's.
@@ -18,34 +17,6 @@ OPEN_PATH_PREFIXES = ("/health", "/v2/health")
 # The playground page and its files (the page asks for the key and sends it on its API calls); / redirects there.
 PLAYGROUND_PATHS = frozenset({"/", "/playground"})
 PLAYGROUND_PREFIX = "/playground/"
-
-
-async def send_json(send: Send, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
-    """A whole JSON response, encoded as the routes encode theirs."""
-    content = encode_json(payload)
-    raw_headers = [(b"content-length", str(len(content)).encode()), (b"content-type", b"application/json")]
-    raw_headers += [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-    await send({"type": "http.response.body", "body": content})
-
-
-async def send_error(send: Send, error: ServiceError, path: str = "") -> None:
-    """Answer with ``error`` (its status, body for ``path``, headers) before the app is reached."""
-    await send_json(send, error.status_code, error.body(path), error.headers())
-
-
-def replaying(body: bytes, receive: Receive) -> Receive:
-    """``receive`` that first gives ``body`` again (read already), then defers to the server (disconnects)."""
-    replayed = False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 class MetricsMiddleware:
@@ -129,26 +100,15 @@ class BodyLimitMiddleware:
             return
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
-                await self._reject(send, scope["path"])
+                await send_error(send, body_too_large(self.max_body_bytes), scope["path"])
                 return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                await self._reject(send, scope["path"])
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        await self.app(scope, replaying(b"".join(chunks), receive), send)
-
-    async def _reject(self, send: Send, path: str) -> None:
-        await send_error(send, PayloadTooLarge(f"request body is larger than {self.max_body_bytes} bytes"), path)
+        try:
+            body = await read_body(receive, self.max_body_bytes)
+        except PayloadTooLarge as error:
+            await send_error(send, error, scope["path"])
+            return
+        if body is not None:
+            await self.app(scope, replaying(body, receive), send)
 
 
 class ConcurrencyLimitMiddleware:

@@ -1,24 +1,25 @@
-"""HTTP routers, one per resource."""
+"""HTTP routes: the protocols' inference routes (``protocols.PROTOCOLS``, answered by ``entry.InferenceEntry``)
+and FastAPI's routers for everything else, in the order of the OpenAPI document."""
 
 from fastapi import APIRouter
 
-from service.api import docs, health, metrics, models, openai, playground, rerank, tasks, tei, v2
+from service.api import docs, health, metrics, models, playground
+from service.api.declared import declared_router
+from service.api.protocols import PROTOCOLS
+
+PROTOCOL_ROUTERS: tuple[APIRouter, ...] = tuple(
+    router
+    for protocol in PROTOCOLS
+    for router in ((protocol.router,) if protocol.router is not None else ()) + (declared_router(protocol),)
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     models.router,
-    tasks.text_classification_router,
-    tasks.question_answering_router,
-    tasks.token_classification_router,
-    tasks.fill_mask_router,
-    tasks.zero_shot_classification_router,
-    rerank.router,
-    openai.router,
-    tei.router,
-    v2.router,
+    *PROTOCOL_ROUTERS,
     health.router,
     metrics.router,
     docs.router,
     playground.router,
 )
 
-__all__ = ["ROUTERS"]
+__all__ = ["PROTOCOL_ROUTERS", "ROUTERS"]

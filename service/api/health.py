@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.api.deps import RegistryDep
-from service.api.http import error_responses
+from service.api.error_docs import error_responses
 from service.errors import NotReady
 from service.schemas import HealthResponse
 

@@ -1,4 +1,4 @@
-"""OpenAI-compatible routes: ``POST /v1/embeddings`` over the shared request path.
+"""OpenAI-compatible routes: ``POST /v1/embeddings``.
 
 The official ``openai`` client works against it (``OpenAI(base_url=".../v1", api_key="x").embeddings.create``);
 it asks for base64 unless told otherwise, which is the vectors' little-endian float32 bytes. Errors keep the
@@ -8,18 +8,13 @@ service's body ``{"error": {"type", "message"}}``, which the client reads as it 
 from __future__ import annotations
 
 import base64
-import functools
 
 import numpy as np
-from fastapi import APIRouter, Request, Response
 
-from service.api.deps import RegistryDep, SettingsDep
-from service.api.http import TASK_ERROR_RESPONSES, client_gone, json_response
-from service.inference import InferenceRequest, run_inference
+from service.api.protocol import Decoded, InferenceRoute, Protocol, Reply, json_reply
+from service.inference import InferenceResult
 from service.schemas import EmbeddingsRequest, EmbeddingsResponse
 from service.tasks import Embedding
-
-router = APIRouter(tags=["openai"])
 
 
 def encode_vector(vector: np.ndarray, encoding_format: str) -> list[float] | str:
@@ -29,20 +24,31 @@ def encode_vector(vector: np.ndarray, encoding_format: str) -> list[float] | str
     return vector.tolist()
 
 
-@router.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=TASK_ERROR_RESPONSES)
-async def embeddings(
-    body: EmbeddingsRequest, request: Request, registry: RegistryDep, settings: SettingsDep
-) -> Response:
-    """Embed texts with a feature-extraction model (OpenAI's embeddings API). Long texts are truncated to the
-    model's max length (OpenAI refuses them instead); `usage` counts the tokens the model read."""
-    inputs, params = body.to_task()
-    inference = InferenceRequest(task=body.task, inputs=inputs, params=params, model=body.model)
-    result = await run_inference(inference, registry, settings, functools.partial(client_gone, request))
+def embeddings_answer(decoded: Decoded, result: InferenceResult) -> Reply:
+    request = decoded.request
+    assert isinstance(request, EmbeddingsRequest)
     vectors: list[Embedding] = result.results
     tokens = sum(item.tokens for item in vectors)
     data = [
-        {"object": "embedding", "index": index, "embedding": encode_vector(item.vector, body.encoding_format)}
+        {"object": "embedding", "index": index, "embedding": encode_vector(item.vector, request.encoding_format)}
         for index, item in enumerate(vectors)
     ]
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-    return json_response({"object": "list", "data": data, "model": result.model, "usage": usage})
+    return json_reply({"object": "list", "data": data, "model": result.model, "usage": usage})
+
+
+PROTOCOL = Protocol(
+    "openai",
+    (
+        InferenceRoute(
+            "/v1/embeddings",
+            "embeddings",
+            "Embed texts with a feature-extraction model (OpenAI's embeddings API). Long texts are truncated to the\n"
+            "model's max length (OpenAI refuses them instead); `usage` counts the tokens the model read.",
+            "openai",
+            EmbeddingsResponse,
+            embeddings_answer,
+            body=EmbeddingsRequest,
+        ),
+    ),
+)

@@ -1,22 +1,26 @@
-"""Open Inference Protocol v2 REST routes (KServe's v2 protocol, Triton's HTTP API) over the shared request path.
+"""Open Inference Protocol v2 REST routes (KServe's v2 protocol, Triton's HTTP API).
 
 ``tritonclient.http.InferenceServerClient`` and KServe's clients talk to these: health, server and model metadata,
-model readiness, and inference with JSON or binary tensor data. Every model is version ``1``. Errors on these paths
-have the protocol's body ``{"error": "message"}`` (``service.errors.error_body`` chooses it by path).
+model readiness (FastAPI's routes, ``router``), and inference with JSON or binary tensor data (the inference entry's
+routes). Every model is version ``1``. Errors on these paths have the protocol's body ``{"error": "message"}``
+(``service.errors.error_body`` chooses it by path).
+
+An infer request becomes the named model's task request (``service.oip.LAYOUTS``: the input tensors fill its
+inputs, ``parameters`` its options, the task's v1 model validates the lot) and its results the output tensors.
 """
 
 from __future__ import annotations
 
-import functools
+from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
-from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
 
 from service.api import health
-from service.api.deps import RegistryDep, SettingsDep
-from service.api.http import client_gone
+from service.api.deps import RegistryDep
+from service.api.error_docs import error_responses
+from service.api.protocol import Decoded, Incoming, InferenceRoute, Protocol, Reply
 from service.engine import Engine
 from service.errors import (
     BadRequest,
@@ -28,11 +32,20 @@ from service.errors import (
     PayloadTooLarge,
     RequestTimeout,
     ServiceError,
-    documented_statuses,
 )
-from service.inference import InferenceRequest, run_inference
-from service.oip import EXTENSIONS, HEADER_LENGTH, LAYOUTS, OutputTensor, decode_inputs, encode_response, split_body
+from service.inference import InferenceResult
+from service.oip import (
+    EXTENSIONS,
+    HEADER_LENGTH,
+    LAYOUTS,
+    OutputTensor,
+    TaskLayout,
+    decode_inputs,
+    encode_response,
+    split_body,
+)
 from service.registry import ModelRegistry
+from service.request_errors import validation_error
 from service.schemas.v2 import (
     V2Error,
     V2InferRequest,
@@ -45,7 +58,6 @@ from service.schemas.v2 import (
     V2ServerMetadata,
     inline_json_schema,
 )
-from service.settings import Settings
 
 router = APIRouter(prefix="/v2", tags=["v2"])
 
@@ -54,10 +66,7 @@ PLATFORM = "onnxruntime_onnx"
 
 
 def v2_error_responses(*errors: type[ServiceError]) -> dict[int | str, dict[str, Any]]:
-    return {
-        status: {"model": V2Error, "description": description}
-        for status, description in documented_statuses(*errors).items()
-    }
+    return error_responses(*errors, body=V2Error)
 
 
 INFER_ERRORS = v2_error_responses(
@@ -80,13 +89,6 @@ def find_engine(registry: ModelRegistry, name: str, version: str | None = None) 
     if version is not None and version != VERSION:
         raise ModelNotFound(f"model {name!r} has no version {version!r} (versions: {VERSION})")
     return engine
-
-
-def parsed(model: type[BaseModel], content: bytes) -> Any:
-    try:
-        return model.model_validate_json(content)
-    except ValidationError as exc:
-        raise RequestValidationError(exc.errors()) from None
 
 
 @router.get("/health/live", response_model=V2Live)
@@ -178,14 +180,25 @@ def binary_outputs(
     return chosen, binary
 
 
-async def infer_response(
-    request: Request, registry: ModelRegistry, settings: Settings, name: str, version: str | None = None
-) -> Response:
-    """v2 body -> the task's v1 request -> ``run_inference`` (same engines and batcher) -> output tensors."""
-    engine = find_engine(registry, name, version)
+@dataclass(frozen=True, slots=True)
+class InferCall:
+    """What an infer answer needs besides the results: the layout, the outputs asked for, the request's id."""
+
+    layout: TaskLayout
+    outputs: list[V2RequestOutput] | None
+    binary_default: bool
+    id: str | None
+
+
+def decode_infer(incoming: Incoming, registry: ModelRegistry) -> Decoded:
+    """v2 body -> the named model's task request (the model is looked up first: an unknown one is a 404)."""
+    engine = find_engine(registry, incoming.path_params["name"], incoming.path_params.get("version"))
     layout = LAYOUTS[engine.task]
-    header, binary = split_body(await request.body(), request.headers.get(HEADER_LENGTH))
-    infer: V2InferRequest = parsed(V2InferRequest, header)
+    header, binary = split_body(incoming.body, incoming.header(HEADER_LENGTH))
+    try:
+        infer = V2InferRequest.model_validate_json(header)
+    except ValidationError as exc:
+        raise validation_error(exc.errors(), incoming.content_type) from None
     tensors = decode_inputs(infer, binary)
     parameters = dict(infer.parameters or {})
     binary_default = parameters.pop("binary_data_output", False)
@@ -194,35 +207,49 @@ async def infer_response(
     try:
         task_request = layout.task_request(tensors, parameters, engine.name)
     except ValidationError as exc:
-        raise RequestValidationError(exc.errors()) from None
-    inputs, params = task_request.to_task()
-    inference = InferenceRequest(task=engine.task, inputs=inputs, params=params, model=engine.name)
-    result = await run_inference(inference, registry, settings, functools.partial(client_gone, request))
-    outputs, binary_names = binary_outputs(layout.tensors(task_request, result.results), infer.outputs, binary_default)
+        raise validation_error(exc.errors(), incoming.content_type) from None
+    return Decoded(task_request, engine, InferCall(layout, infer.outputs, binary_default, infer.id))
+
+
+def infer_answer(decoded: Decoded, result: InferenceResult) -> Reply:
+    """The results as output tensors: the requested ones (default all), JSON data or binary after the JSON."""
+    call: InferCall = decoded.context
+    tensors = call.layout.tensors(decoded.request, result.results)
+    outputs, binary_names = binary_outputs(tensors, call.outputs, call.binary_default)
     reply: dict[str, Any] = {"model_name": result.model, "model_version": VERSION}
-    if infer.id is not None:
-        reply["id"] = infer.id
+    if call.id is not None:
+        reply["id"] = call.id
     content, header_length = encode_response(reply, outputs, binary_names)
     if not binary_names:
-        return Response(content=content, media_type="application/json")
-    headers = {HEADER_LENGTH: str(header_length)}
-    return Response(content=content, media_type="application/octet-stream", headers=headers)
+        return Reply(content)
+    return Reply(content, "application/octet-stream", {HEADER_LENGTH: str(header_length)})
 
 
-@router.post("/models/{name}/infer", response_model=V2InferResponse, responses=INFER_ERRORS, openapi_extra=INFER_BODY)
-async def infer(name: str, request: Request, registry: RegistryDep, settings: SettingsDep) -> Response:
-    """Run the model on input tensors (BYTES text; see the model's metadata), options in ``parameters``."""
-    return await infer_response(request, registry, settings, name)
-
-
-@router.post(
-    "/models/{name}/versions/{version}/infer",
-    response_model=V2InferResponse,
-    responses=INFER_ERRORS,
-    openapi_extra=INFER_BODY,
+PROTOCOL = Protocol(
+    "v2",
+    (
+        InferenceRoute(
+            "/v2/models/{name}/infer",
+            "infer",
+            "Run the model on input tensors (BYTES text; see the model's metadata), options in ``parameters``.",
+            "v2",
+            V2InferResponse,
+            infer_answer,
+            decode=decode_infer,
+            responses=INFER_ERRORS,
+            openapi_extra=INFER_BODY,
+        ),
+        InferenceRoute(
+            "/v2/models/{name}/versions/{version}/infer",
+            "infer_version",
+            "Inference on the model's version; its only version is 1.",
+            "v2",
+            V2InferResponse,
+            infer_answer,
+            decode=decode_infer,
+            responses=INFER_ERRORS,
+            openapi_extra=INFER_BODY,
+        ),
+    ),
+    router,
 )
-async def infer_version(
-    name: str, version: str, request: Request, registry: RegistryDep, settings: SettingsDep
-) -> Response:
-    """Inference on the model's version; its only version is 1."""
-    return await infer_response(request, registry, settings, name, version)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from service.engine import Engine
 from service.settings import Settings
 from tests.service.apptools import DeadlyRunner, gate_engine, serving, wait_for
@@ -105,19 +107,23 @@ def test_dead_worker_makes_the_service_not_ready(text_classification_model: Tiny
     asyncio.run(main())
 
 
-def test_client_disconnect_cancels_the_request_before_it_reaches_the_model(
-    text_classification_model: TinyModel,
-) -> None:
-    path = ROUTE
+V2_TEXT = {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["monday tuesday"]}]}
 
+
+@pytest.mark.parametrize(
+    ("path", "payload"), [(ROUTE, {"inputs": "monday tuesday"}), ("/v2/models/sst/infer", V2_TEXT)], ids=["v1", "v2"]
+)
+def test_client_disconnect_cancels_the_request_before_it_reaches_the_model(
+    text_classification_model: TinyModel, path: str, payload: dict
+) -> None:
     async def main() -> None:
         async with serving(settings_for(text_classification_model)) as (app, client):
             engine = app.state.registry.engines["sst"]
             runner, gate = gate_engine(engine)
-            blocker = asyncio.ensure_future(client.post(path, json={"inputs": "first"}))
+            blocker = asyncio.ensure_future(client.post(ROUTE, json={"inputs": "first"}))
             await wait_for(runner.entered.is_set)
 
-            body = json.dumps({"inputs": "monday tuesday"}).encode()
+            body = json.dumps(payload).encode()
             gone = asyncio.Event()
             calls = 0
             sent: list[dict] = []
@@ -145,7 +151,7 @@ def test_client_disconnect_cancels_the_request_before_it_reaches_the_model(
             await call
             gate.set()
             assert (await blocker).status_code == 200
-            assert (await client.post(path, json={"inputs": "after"})).status_code == 200
+            assert (await client.post(ROUTE, json={"inputs": "after"})).status_code == 200
             assert sent[0]["status"] == 499
             assert engine.context.tokenizer.token_to_id("monday") not in runner.seen_ids()
             assert engine.batcher.dropped_rows == 1

@@ -33,7 +33,7 @@ def registry(*engines: EchoEngine) -> ModelRegistry:
     return ModelRegistry({engine.name: cast(Engine, engine) for engine in engines})
 
 
-def test_run_inference_selects_the_engine_and_enforces_the_input_limit() -> None:
+def test_run_inference_selects_the_engine_unless_given_and_enforces_the_input_limit() -> None:
     models = registry(EchoEngine("a", "fill-mask"), EchoEngine("b", "text-classification"))
     settings = Settings(max_inputs_per_request=2)
     result = asyncio.run(run_inference(InferenceRequest("fill-mask", ["x", "y"], 3), models, settings))
@@ -44,6 +44,9 @@ def test_run_inference_selects_the_engine_and_enforces_the_input_limit() -> None
         asyncio.run(run_inference(InferenceRequest("fill-mask", ["x"] * 3, None, model="c"), models, settings))
     with pytest.raises(errors.BadRequest, match="serves text-classification"):
         asyncio.run(run_inference(InferenceRequest("fill-mask", ["x"], None, model="b"), models, settings))
+    named = InferenceRequest("fill-mask", ["x"], 3, model="not looked up")
+    chosen = asyncio.run(run_inference(named, models, settings, engine=models.engines["a"]))
+    assert (chosen.model, chosen.results) == ("a", [("x", 3)])  # the engine the protocol chose (OIP v2's path)
 
 
 def test_a_client_that_goes_away_cancels_the_work_and_one_that_stays_gets_the_answer() -> None:

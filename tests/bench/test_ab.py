@@ -1,0 +1,62 @@
+"""benchmarks.ab's --protocol: the same load in another protocol's shape asks the model for the same work."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from benchmarks.ab import protocol_requests
+from service.oip import LAYOUTS, decode_inputs
+from service.schemas import (
+    EmbeddingsRequest,
+    QuestionAnsweringRequest,
+    RerankRequest,
+    TeiEmbedRequest,
+    TeiRerankRequest,
+    TextClassificationRequest,
+    TokenClassificationRequest,
+)
+from service.schemas.common import TaskRequest
+from service.schemas.v2 import V2InferRequest
+
+# a body of each load as benchmarks.loads.bertserve_loads writes it, its v1 request model and its model's task
+LOADS: dict[str, tuple[dict[str, Any], type[TaskRequest], str]] = {
+    "sst2": ({"model": "m", "inputs": "a fine film", "truncation": True}, TextClassificationRequest,
+             "text-classification"),
+    "squad": ({"model": "m", "inputs": {"question": "who?", "context": "anna lives in paris."}},
+              QuestionAnsweringRequest, "question-answering"),
+    "conll": ({"model": "m", "inputs": "john lives in paris."}, TokenClassificationRequest, "token-classification"),
+    "embeddings": ({"model": "m", "input": ["a fine film", "a dull one"]}, EmbeddingsRequest, "feature-extraction"),
+    "rerank": ({"model": "m", "query": "where?", "documents": ["in paris", "a film"]}, RerankRequest, "rerank"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("task", sorted(LOADS))
+def test_v2_bodies_carry_the_inputs_of_the_task_route(task: str) -> None:
+    body, model, served_task = LOADS[task]
+    path, (v2_body,) = protocol_requests(task, "v2", [body])
+    assert path == "/v2/models/m/infer"
+    infer = V2InferRequest.model_validate_json(json.dumps(v2_body))  # as the service parses it
+    task_request = LAYOUTS[served_task].task_request(decode_inputs(infer, b""), {}, "m")
+    assert task_request.to_task()[0] == model.model_validate(body).to_task()[0]
+
+
+def test_tei_bodies_carry_the_inputs_of_the_task_route() -> None:
+    for task, tei_model, tei_path in (
+        ("embeddings", TeiEmbedRequest, "/embed"),
+        ("rerank", TeiRerankRequest, "/rerank"),
+    ):
+        body, model, _ = LOADS[task]
+        path, (tei_body,) = protocol_requests(task, "tei", [body])
+        assert path == tei_path
+        ours, theirs = tei_model.model_validate(tei_body).to_task(), model.model_validate(body).to_task()
+        assert ours[0] == theirs[0]
+    with pytest.raises(ValueError, match="no tei route for sst2"):
+        protocol_requests("sst2", "tei", [LOADS["sst2"][0]])
+
+
+def test_without_a_protocol_the_load_goes_to_its_own_route() -> None:
+    body = LOADS["embeddings"][0]
+    assert protocol_requests("embeddings", None, [body]) == ("/v1/embeddings", [body])

@@ -1,0 +1,255 @@
+"""The one inference entry (service.api.entry): every inference route of every protocol is answered there, in front
+of FastAPI's router, with the bodies FastAPI's routes answered.
+
+The routes FastAPI declares for them (OpenAPI, /docs, generated clients) have functions that raise if ever called,
+so a 200 from any of them is the entry's answer. Its body rules are FastAPI's: ``validated_json_body`` is checked
+against a FastAPI route on the same bodies, and the error bodies below are the bytes the routes answered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.testclient import TestClient
+from starlette.exceptions import HTTPException
+
+from service.api.protocols import INFERENCE_ROUTES
+from service.app import create_app
+from service.errors import ServiceError
+from service.request_errors import validated_json_body, validation_error
+from service.schemas import EmbeddingsRequest, TextClassificationRequest, TokenClassificationRequest
+from service.schemas.common import TaskRequest
+from service.settings import Settings
+from tests.service.tiny_models import TinyModel
+
+JSON = {"content-type": "application/json"}
+LOADED = (
+    "feature-extraction, fill-mask, question-answering, rerank, text-classification, token-classification, "
+    "zero-shot-classification"
+)
+TEXT_TENSOR = {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a fine film"]}]}
+MASK_TENSOR = {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a [MASK] day"]}]}
+VALID: dict[str, tuple[str, dict[str, Any]]] = {  # route template -> (a path of it, a valid body)
+    "/v1/text-classification": ("/v1/text-classification", {"inputs": "a fine film"}),
+    "/v1/question-answering": (
+        "/v1/question-answering",
+        {"inputs": {"question": "Who?", "context": "Anna lives in Paris."}},
+    ),
+    "/v1/token-classification": ("/v1/token-classification", {"inputs": "John lives in Paris."}),
+    "/v1/fill-mask": ("/v1/fill-mask", {"inputs": "Paris is the [MASK] of France."}),
+    "/v1/zero-shot-classification": (
+        "/v1/zero-shot-classification",
+        {"inputs": "a cheap phone", "candidate_labels": ["price", "sport"]},
+    ),
+    "/v1/rerank": ("/v1/rerank", {"query": "where?", "documents": ["in paris", "a film"]}),
+    "/rerank": ("/rerank", {"query": "where?", "texts": ["in paris", "a film"]}),
+    "/v1/embeddings": ("/v1/embeddings", {"input": "hello world"}),
+    "/embed": ("/embed", {"inputs": "hello world"}),
+    "/v2/models/{name}/infer": ("/v2/models/text-classification/infer", TEXT_TENSOR),
+    "/v2/models/{name}/versions/{version}/infer": ("/v2/models/text-classification/versions/1/infer", TEXT_TENSOR),
+}
+# (path, body: JSON, or bytes sent as they are, headers, status, the exact body answered)
+ERRORS: list[tuple[str, Any, dict[str, str], int, bytes]] = [
+    ("/v1/text-classification", b'{"inputs": "x",', JSON, 400,
+     b'{"error":{"type":"bad_request","message":"the body is not valid JSON: Expecting property name enclosed in '
+     b'double quotes at character 15"}}'),
+    ("/v1/text-classification", b'{"inputs": "x"}', {"content-type": "text/plain"}, 415,
+     b'{"error":{"type":"unsupported_media_type","message":"the body must be JSON: send \'Content-Type: '
+     b'application/json\' (not \'text/plain\')"}}'),
+    ("/v1/text-classification", b'{"inputs": "x"}', {}, 415,
+     b'{"error":{"type":"unsupported_media_type","message":"the body must be JSON: send \'Content-Type: '
+     b'application/json\' (none was sent)"}}'),
+    ("/v1/text-classification", b"", JSON, 422,
+     b'{"error":{"type":"validation_error","message":"body: Field required"}}'),
+    ("/v1/text-classification", {"inputs": "x", "top_k": 0}, JSON, 422,
+     b'{"error":{"type":"validation_error","message":"body.top_k: Input should be greater than or equal to 1"}}'),
+    ("/v1/text-classification", [1, 2], JSON, 422,
+     b'{"error":{"type":"validation_error","message":"body: Input should be a valid dictionary or object to extract '
+     b'fields from"}}'),
+    ("/v1/text-classification", {"inputs": "x", "model": "nope"}, JSON, 404,
+     b'{"error":{"type":"model_not_found","message":"no model named \'nope\' (loaded: ' + LOADED.encode() + b')"}}'),
+    ("/v1/text-classification", b"[" * 5000 + b"]" * 5000, JSON, 400,
+     b'{"error":{"type":"bad_request","message":"There was an error parsing the body"}}'),
+    ("/v1/text-classification", b'{"inputs": "\xff"}', JSON, 400,
+     b'{"error":{"type":"bad_request","message":"There was an error parsing the body"}}'),
+    ("/v1/text-classification", {"inputs": ["x"] * 5}, JSON, 413,
+     b'{"error":{"type":"payload_too_large","message":"5 inputs in one request; the limit is 4"}}'),
+    ("/v1/fill-mask", {"inputs": "no mask here"}, JSON, 400,
+     b'{"error":{"type":"bad_request","message":"no mask token ([MASK]) found in the input"}}'),
+    ("/v1/embeddings", {"input": 5}, JSON, 422,
+     b'{"error":{"type":"validation_error","message":"body.input.str: Input should be a valid string; '
+     b'body.input.list[str]: Input should be a valid list"}}'),
+    ("/v1/embeddings", {"input": "x", "model": "fill-mask"}, JSON, 400,
+     b'{"error":{"type":"bad_request","message":"model \'fill-mask\' serves fill-mask, not feature-extraction"}}'),
+    ("/embed", b"", {}, 415,
+     b'{"error":{"type":"unsupported_media_type","message":"the body must be JSON: send \'Content-Type: '
+     b'application/json\' (none was sent)"}}'),
+    ("/rerank", {"query": 1, "texts": ["a"]}, JSON, 422,
+     b'{"error":{"type":"validation_error","message":"body.query: Input should be a valid string"}}'),
+    ("/v2/models/nope/infer", TEXT_TENSOR, JSON, 404,
+     b'{"error":"no model named \'nope\' (loaded: ' + LOADED.encode() + b')"}'),
+    ("/v2/models/text-classification/versions/2/infer", TEXT_TENSOR, JSON, 404,
+     b'{"error":"model \'text-classification\' has no version \'2\' (versions: 1)"}'),
+    ("/v2/models/text-classification/infer", b'{"inputs": [', JSON, 400,
+     b'{"error":"the body is not valid JSON: EOF while parsing a list at line 1 column 12 at character ?"}'),
+    ("/v2/models/text-classification/infer", {"inputs": []}, JSON, 422,
+     b'{"error":"inputs: List should have at least 1 item after validation, not 0"}'),
+    ("/v2/models/text-classification/infer", {**TEXT_TENSOR, "parameters": {"top_k": 0}}, JSON, 422,
+     b'{"error":"top_k: Input should be greater than or equal to 1"}'),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def client(tiny_models: dict[str, TinyModel], tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    from model_export.export import export_bundle
+    from tests.model_export.sentence_models import make_encoder
+
+    root = tmp_path_factory.mktemp("entry-embedding")
+    embedding = export_bundle(make_encoder(root / "encoder", seed=3), root / "bundle", task="feature-extraction")
+    models = [f"{task}={model.bundle}" for task, model in tiny_models.items()]
+    settings = Settings(
+        models=[*models, f"feature-extraction={embedding.path}"],
+        intra_op_threads=1,
+        max_wait_ms=1.0,
+        max_inputs_per_request=4,
+    )
+    with TestClient(create_app(settings)) as test_client:
+        deadline = time.monotonic() + 30
+        while test_client.get("/health/ready").status_code != 200:
+            assert time.monotonic() < deadline, "service never became ready"
+            time.sleep(0.01)
+        yield test_client
+
+
+def post(client: TestClient, path: str, body: Any, headers: dict[str, str]) -> Any:
+    if isinstance(body, bytes):
+        return client.post(path, content=body, headers=headers)
+    return client.post(path, json=body, headers=headers)
+
+
+def test_every_inference_route_is_answered_by_the_entry(client: TestClient) -> None:
+    assert set(VALID) == {route.path for route in INFERENCE_ROUTES}
+    for path, body in VALID.values():
+        response = client.post(path, json=body)
+        assert response.status_code == 200, (path, response.text)
+
+
+@pytest.mark.parametrize(("path", "body", "headers", "status", "answer"), ERRORS, ids=[e[0] for e in ERRORS])
+def test_invalid_requests_get_the_error_bodies_of_the_routes(
+    client: TestClient, path: str, body: Any, headers: dict[str, str], status: int, answer: bytes
+) -> None:
+    response = post(client, path, body, headers)
+    assert (response.status_code, response.content) == (status, answer)
+    assert response.headers["content-type"] == "application/json"
+
+
+def test_other_methods_on_inference_paths_are_fastapis_405(client: TestClient) -> None:
+    for path in ("/v1/embeddings", "/v2/models/text-classification/infer"):
+        response = client.get(path)
+        assert response.status_code == 405 and "Method Not Allowed" in response.text
+
+
+def test_requests_are_labelled_by_their_route_template(client: TestClient) -> None:
+    def count(route: str, status: int) -> float:
+        prefix = f'bertserve_requests_total{{route="{route}",status="{status}"}} '
+        lines = [line for line in client.get("/metrics").text.splitlines() if line.startswith(prefix)]
+        return float(lines[0].removeprefix(prefix)) if lines else 0.0
+
+    labels = [
+        ("/v1/fill-mask", 200, lambda: client.post("/v1/fill-mask", json={"inputs": "a [MASK] day"})),
+        ("/v1/embeddings", 422, lambda: client.post("/v1/embeddings", json={"input": 5})),
+        ("/v2/models/{name}/infer", 200, lambda: client.post("/v2/models/fill-mask/infer", json=MASK_TENSOR)),
+        ("/v2/models/{name}/infer", 404, lambda: client.post("/v2/models/nope/infer", json=TEXT_TENSOR)),
+    ]
+    for route, status, call in labels:
+        before = count(route, status)
+        assert call().status_code == status
+        assert count(route, status) == before + 1, route
+
+
+def test_the_openapi_document_declares_every_inference_route(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    posted = {path for path, operations in spec["paths"].items() if "post" in operations}
+    assert posted == {route.path for route in INFERENCE_ROUTES}
+    for route in INFERENCE_ROUTES:
+        operation = spec["paths"][route.path]["post"]
+        assert operation["summary"] == route.operation.replace("_", " ").title()
+        assert operation["tags"] == [route.tag]
+        schema = operation["requestBody"]["content"]["application/json"]["schema"]
+        if route.body is not None:
+            assert schema["$ref"] == f"#/components/schemas/{route.body.__name__}"
+        else:
+            assert "inputs" in schema["properties"]
+
+
+def fastapi_route(model: type[TaskRequest]) -> TestClient:
+    """A plain FastAPI route taking ``model`` as its body, its errors mapped as the app maps them."""
+    app = FastAPI()
+
+    async def route(body: TaskRequest) -> dict[str, Any]:
+        return body.model_dump(mode="json")
+
+    route.__annotations__["body"] = model
+    app.add_api_route("/route", route, methods=["POST"])
+
+    async def invalid(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        error = validation_error(exc.errors(), request.headers.get("content-type"))
+        return JSONResponse(error.body(), status_code=error.status_code)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        return JSONResponse({"error": {"type": "bad_request", "message": exc.detail}}, status_code=exc.status_code)
+
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(HTTPException, http_error)
+    return TestClient(app)
+
+
+BODIES: list[tuple[bytes, str | None]] = [
+    (b'{"inputs": "x"}', "application/json"),
+    (b'{"inputs": ["a", {"text": "b", "text_pair": "c"}], "top_k": null}', "application/json; charset=utf-8"),
+    (b'{"inputs": "x"}', "application/vnd.api+json"),
+    (b'{"inputs": "x"}', "APPLICATION/JSON"),
+    (b'{"inputs": "x"}', "text/plain"),
+    (b'{"inputs": "x"}', "application/x-www-form-urlencoded"),
+    (b'{"inputs": "x"}', None),
+    (b'{"inputs": "x"}', ""),
+    (b"", "application/json"),
+    (b"", None),
+    (b"null", "application/json"),
+    (b'"text"', "application/json"),
+    (b'{"inputs": "x",', "application/json"),
+    (b'{"inputs": "x"} trailing', "application/json"),
+    (b'{"inputs": NaN}', "application/json"),
+    (b'{"inputs": "\xff"}', "application/json"),
+    (b"\xff\xfe\x00x", "application/json"),
+    (b"[" * 5000 + b"]" * 5000, "application/json"),
+    (b'{"inputs": {"text": "a"}}', "application/json"),
+    (b'{"inputs": "x", "top_k": true}', "application/json"),
+    (b'{"inputs": "x", "top_k": "2"}', "application/json"),
+    (b'{"inputs": "x", "extra": 1}', "application/json"),
+    (b'{"inputs": [1, 2, 3, 4, 5, 6, 7]}', "application/json"),
+    (b'{"input": 5, "encoding_format": "hex"}', "application/json"),
+    (b'{"inputs": "paris", "words": ["paris"]}', "application/json"),
+    (b'{"words": ["paris", ["in"]]}', "application/json"),
+]
+
+
+@pytest.mark.parametrize("model", [TextClassificationRequest, EmbeddingsRequest, TokenClassificationRequest])
+def test_a_json_body_is_read_as_fastapi_reads_a_route_body(model: type[TaskRequest]) -> None:
+    route = fastapi_route(model)
+    for body, content_type in BODIES:
+        headers = {} if content_type is None else {"content-type": content_type}
+        theirs = route.post("/route", content=body, headers=headers)
+        try:
+            ours = (200, validated_json_body(model, body, content_type).model_dump(mode="json"))
+        except ServiceError as error:
+            ours = (error.status_code, error.body())
+        assert ours == (theirs.status_code, theirs.json()), (body[:40], content_type)
