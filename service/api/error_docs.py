@@ -32,7 +32,8 @@ def error_responses(
     }
 
 
-TASK_ERROR_RESPONSES = error_responses(
+# what an inference route may answer, in the order their descriptions are joined when they share a status
+TASK_ERRORS: tuple[type[ServiceError], ...] = (
     BadRequest,
     ModelNotFound,
     PayloadTooLarge,
@@ -43,3 +44,4 @@ TASK_ERROR_RESPONSES = error_responses(
     NotReady,
     RequestTimeout,
 )
+TASK_ERROR_RESPONSES = error_responses(*TASK_ERRORS)

@@ -19,20 +19,10 @@ from pydantic import ValidationError
 
 from service.api import health
 from service.api.deps import RegistryDep
-from service.api.error_docs import error_responses
+from service.api.error_docs import TASK_ERRORS, error_responses
 from service.api.protocol import Decoded, Incoming, InferenceRoute, Protocol, Reply
 from service.engine import Engine
-from service.errors import (
-    BadRequest,
-    InferenceError,
-    InvalidRequest,
-    ModelNotFound,
-    NotReady,
-    Overloaded,
-    PayloadTooLarge,
-    RequestTimeout,
-    ServiceError,
-)
+from service.errors import BadRequest, ModelNotFound, NotReady, ServiceError, UnsupportedMediaType
 from service.inference import InferenceResult
 from service.oip import (
     EXTENSIONS,
@@ -69,9 +59,8 @@ def v2_error_responses(*errors: type[ServiceError]) -> dict[int | str, dict[str,
     return error_responses(*errors, body=V2Error)
 
 
-INFER_ERRORS = v2_error_responses(
-    BadRequest, ModelNotFound, PayloadTooLarge, InvalidRequest, Overloaded, InferenceError, NotReady, RequestTimeout
-)
+# a v2 infer body is read whatever its media type: no 415
+INFER_ERRORS = v2_error_responses(*(error for error in TASK_ERRORS if error is not UnsupportedMediaType))
 INFER_BODY = {
     "requestBody": {
         "required": True,
@@ -225,30 +214,32 @@ def infer_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     return Reply(content, "application/octet-stream", {HEADER_LENGTH: str(header_length)})
 
 
+def infer_route(path: str, operation: str, description: str) -> InferenceRoute:
+    return InferenceRoute(
+        path,
+        operation,
+        description,
+        "v2",
+        V2InferResponse,
+        infer_answer,
+        decode=decode_infer,
+        responses=INFER_ERRORS,
+        openapi_extra=INFER_BODY,
+    )
+
+
 PROTOCOL = Protocol(
     "v2",
     (
-        InferenceRoute(
+        infer_route(
             "/v2/models/{name}/infer",
             "infer",
             "Run the model on input tensors (BYTES text; see the model's metadata), options in ``parameters``.",
-            "v2",
-            V2InferResponse,
-            infer_answer,
-            decode=decode_infer,
-            responses=INFER_ERRORS,
-            openapi_extra=INFER_BODY,
         ),
-        InferenceRoute(
+        infer_route(
             "/v2/models/{name}/versions/{version}/infer",
             "infer_version",
             "Inference on the model's version; its only version is 1.",
-            "v2",
-            V2InferResponse,
-            infer_answer,
-            decode=decode_infer,
-            responses=INFER_ERRORS,
-            openapi_extra=INFER_BODY,
         ),
     ),
     router,

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from service.errors import BadRequest
+from service.http_io import encode_json
 from service.oip.codec import OutputTensor
 from service.schemas import (
     FillMaskRequest,
@@ -94,16 +95,8 @@ def batch(tensors: Tensors, *names: str) -> list[list[str]]:
     return present
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
 def as_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+    return encode_json(value).decode()
 
 
 def labels_and_scores(rows: list[list[str]], scores: list[list[float]]) -> list[OutputTensor]:

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 import httpx
 import numpy as np
 from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from contract.onnx_io import PaddedRows
 from service.app import create_app
@@ -73,6 +74,15 @@ async def wait_ready(client: httpx.AsyncClient, timeout: float = 10.0) -> None:
     while (await client.get("/health/ready")).status_code != 200:
         assert loop.time() < deadline, "service never became ready"
         await asyncio.sleep(0.005)
+
+
+def ready_client(client: TestClient, timeout: float = 30.0) -> TestClient:
+    """``client`` once its app's /health/ready answers 200 (the models are loaded and warmed up)."""
+    deadline = time.monotonic() + timeout
+    while client.get("/health/ready").status_code != 200:
+        assert time.monotonic() < deadline, "service never became ready"
+        time.sleep(0.01)
+    return client
 
 
 @asynccontextmanager

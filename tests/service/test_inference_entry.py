@@ -8,7 +8,6 @@ against a FastAPI route on the same bodies, and the error bodies below are the b
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ from service.request_errors import validated_json_body, validation_error
 from service.schemas import EmbeddingsRequest, TextClassificationRequest, TokenClassificationRequest
 from service.schemas.common import TaskRequest
 from service.settings import Settings
+from tests.service.apptools import ready_client
 from tests.service.tiny_models import TinyModel
 
 JSON = {"content-type": "application/json"}
@@ -120,11 +120,7 @@ def client(tiny_models: dict[str, TinyModel], tmp_path_factory: pytest.TempPathF
         max_inputs_per_request=4,
     )
     with TestClient(create_app(settings)) as test_client:
-        deadline = time.monotonic() + 30
-        while test_client.get("/health/ready").status_code != 200:
-            assert time.monotonic() < deadline, "service never became ready"
-            time.sleep(0.01)
-        yield test_client
+        yield ready_client(test_client)
 
 
 def post(client: TestClient, path: str, body: Any, headers: dict[str, str]) -> Any:
