@@ -85,6 +85,13 @@ def ready_client(client: TestClient, timeout: float = 30.0) -> TestClient:
     return client
 
 
+@contextmanager
+def ready_app_client(settings: Settings, timeout: float = 10.0) -> Iterator[TestClient]:
+    """A TestClient on ``create_app(settings)`` (its lifespan loads the models), handed over by ``ready_client``."""
+    with TestClient(create_app(settings)) as client:
+        yield ready_client(client, timeout)
+
+
 @asynccontextmanager
 async def serving(
     settings: Settings, engines: Mapping[str, Engine] | None = None, ready: bool = True

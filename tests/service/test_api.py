@@ -6,7 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.settings import Settings
-from tests.service.clients import ready_client
+from tests.service.apptools import ready_app_client
 from tests.service.tiny_models import CLASSIFICATION_LABELS, NER_LABELS, TinyModel
 
 TASK_ROUTES = {
@@ -39,7 +39,7 @@ def client(tiny_models: dict[str, TinyModel]) -> Iterator[TestClient]:
     settings = Settings(
         models=models, max_body_bytes=4096, max_inputs_per_request=4, intra_op_threads=1, max_wait_ms=1.0
     )
-    with ready_client(settings) as test_client:
+    with ready_app_client(settings) as test_client:
         yield test_client
 
 

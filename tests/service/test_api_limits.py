@@ -14,8 +14,7 @@ from fastapi.testclient import TestClient
 
 from service.__main__ import main
 from service.settings import Settings
-from tests.service.apptools import gate_engine, serving, wait_for
-from tests.service.clients import ready_client
+from tests.service.apptools import gate_engine, ready_app_client, serving, wait_for
 from tests.service.test_api import assert_error
 from tests.service.tiny_models import TinyModel
 
@@ -38,7 +37,7 @@ def big_bodies() -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def client(tiny_models: dict[str, TinyModel]) -> Iterator[TestClient]:
     settings = Settings(models=[f"{task}={model.bundle}" for task, model in tiny_models.items()], intra_op_threads=1)
-    with ready_client(settings) as test_client:
+    with ready_app_client(settings) as test_client:
         yield test_client
 
 

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from service.settings import Settings
-from tests.service.apptools import free_port, real_server
-from tests.service.clients import ready_client
+from tests.service.apptools import free_port, ready_app_client, real_server
 from tests.service.embedding_checks import assert_same_neighbours, cosines
 
 SENTENCES = [
@@ -261,7 +260,7 @@ def test_embeddings_have_their_own_input_limit(bundles: dict[str, Path]) -> None
         max_queue=2,  # an embedding model's queue holds one request of max_embedding_inputs rows
         max_embedding_inputs=6,
     )
-    with ready_client(settings) as client:
+    with ready_app_client(settings) as client:
         six = SENTENCES[:6]
         assert len(client.post("/v1/embeddings", json={"input": six}).json()["data"]) == 6
         assert len(client.post("/embed", json={"inputs": six}).json()) == 6

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from service.settings import Settings
 from tests.model_export.test_real_models import SENTENCES as REAL_SENTENCES
-from tests.service.clients import ready_client
+from tests.service.apptools import ready_app_client
 from tests.service.embedding_checks import assert_same_neighbours, cosines
 
 pytestmark = pytest.mark.slow
@@ -53,7 +53,7 @@ def client(minilm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[T
     int8 = export_bundle(minilm, root / "minilm-int8", quantize="int8")
     assert (fp32.spec.pooling, fp32.spec.normalize, fp32.spec.max_length) == ("mean", True, 256)
     settings = Settings(models=[f"minilm={fp32.path}", f"minilm-int8={int8.path}"], intra_op_threads=2)
-    with ready_client(settings, timeout_s=60) as test_client:
+    with ready_app_client(settings, timeout=60) as test_client:
         yield test_client
 
 
