@@ -27,7 +27,8 @@ from benchmarks.servers import bertserve_command, free_port, running
 log = logging.getLogger("benchmarks.memory_layout")
 
 RESULTS = Path(__file__).parent / "results"
-WORDS = "the film was long but the actors kept it alive and the music carried every scene to its end".split()
+TEXT = "the film was long but the actors kept it alive and the music carried every scene to its end"
+WORDS = TEXT.split(" ")
 
 
 def burst(url: str, names: list[str], requests: int, concurrency: int, words: int) -> dict[int, int]:

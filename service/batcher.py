@@ -265,7 +265,7 @@ class Batcher:
             self.shed["too_big"] += 1
             raise PayloadTooLarge(
                 f"the request's {tokens} tokens need about {own:.1f} s of model {self.name}'s time, more than the "
-                f"{budget:g} s it may take of its {timeout_s:g} s deadline: send fewer or shorter inputs"
+                f"{budget:.3g} s it may take of its {timeout_s:.3g} s deadline: send fewer or shorter inputs"
             )
         if self._queued_tokens + tokens > 0 and self._over_budget_locked(tokens, own, budget):
             self._purge_locked(now, force=False)
@@ -274,7 +274,7 @@ class Batcher:
                 ahead = self._queued_tokens * (self._seconds_per_token or 0.0) / self.workers
                 raise Overloaded(
                     f"model {self.name} has about {ahead:.1f} s of work queued; this request would not end within "
-                    f"its {timeout_s:g} s deadline",
+                    f"its {timeout_s:.3g} s deadline",
                     retry_after_s=self._retry_after_locked(self._queued_tokens + tokens, budget),
                 )
 

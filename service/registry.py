@@ -49,16 +49,19 @@ class ModelRegistry:
     def ready(self) -> bool:
         return self.started and not self.shutting_down and all(engine.ready for engine in self.engines.values())
 
-    def select(self, task: str, name: str | None) -> Engine:
-        """The engine for a request: by name, or the only one serving ``task``."""
+    def select(self, task: str | None, name: str | None) -> Engine:
+        """The engine for a request: by name (serving ``task``, or any task when None), or the only one serving
+        ``task``."""
         if name is not None:
             engine = self.engines.get(name)
             if engine is None:
                 known = ", ".join(sorted(self.engines)) or "none"
                 raise ModelNotFound(f"no model named {name!r} (loaded: {known})")
-            if engine.task != task:
+            if task is not None and engine.task != task:
                 raise BadRequest(f"model {name!r} serves {engine.task}, not {task}")
             return engine
+        if task is None:
+            raise BadRequest("name the model")
         serving = sorted(engine_name for engine_name, engine in self.engines.items() if engine.task == task)
         if len(serving) == 1:
             return self.engines[serving[0]]

@@ -59,11 +59,6 @@ class Settings(BaseSettings):
         description="Give each model a second session with every core's threads for batches that run while the "
         "other workers are idle (faster lone requests; holds the model's weights a second time).",
     )
-    fast_path: bool = Field(
-        default=True,
-        description="Answer valid JSON posts to the v1 task routes in one ASGI layer, past FastAPI's routing "
-        "(same answers and errors; --no-fast-path: through the FastAPI routes).",
-    )
     intra_op_spinning: bool = Field(
         default=False,
         description="Let idle ONNX Runtime threads busy-wait between operators (faster calls; the spinning takes "

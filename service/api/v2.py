@@ -71,10 +71,7 @@ INFER_BODY = {
 
 
 def find_engine(registry: ModelRegistry, name: str, version: str | None = None) -> Engine:
-    engine = registry.engines.get(name)
-    if engine is None:
-        known = ", ".join(sorted(registry.engines)) or "none"
-        raise ModelNotFound(f"no model named {name!r} (loaded: {known})")
+    engine = registry.select(None, name)
     if version is not None and version != VERSION:
         raise ModelNotFound(f"model {name!r} has no version {version!r} (versions: {VERSION})")
     return engine

@@ -9,7 +9,7 @@ import pytest
 
 from service.engine import Engine
 from service.settings import Settings
-from tests.service.apptools import DeadlyRunner, gate_engine, serving, wait_for
+from tests.service.apptools import gate_engine, serving, wait_for
 from tests.service.test_api import assert_error
 from tests.service.tiny_models import TinyModel
 
@@ -91,18 +91,6 @@ def test_not_ready_until_warmed_up_and_while_shutting_down(text_classification_m
             gate.set()
             assert (await draining).status_code == 200
             await stopping
-
-    asyncio.run(main())
-
-
-def test_dead_worker_makes_the_service_not_ready(text_classification_model: TinyModel) -> None:
-    async def main() -> None:
-        async with serving(settings_for(text_classification_model)) as (app, client):
-            engine = app.state.registry.engines["sst"]
-            engine.worker.runner = DeadlyRunner()
-            assert_error(await client.post(ROUTE, json={"inputs": "x"}), 503, "not_ready", "worker died")
-            await wait_for(lambda: not engine.worker.alive)
-            assert_error(await client.get("/health/ready"), 503, "not_ready", "sst")
 
     asyncio.run(main())
 
