@@ -34,12 +34,16 @@ def tiny_base(tmp_path_factory, tiny_wordpiece) -> Path:
     return folder
 
 
+UNRELATED = SENTENCES[0]
+
+
 def pair_file(path: Path) -> Path:
-    """RTE-style pairs: a sentence with itself is entailed (relevant), with the next sentence it is not."""
+    """RTE-style pairs: a sentence with itself is entailed (relevant), with one fixed other sentence it is not (a
+    signal a two-layer model learns within a few epochs whatever the seed: comparing two sentences it does not)."""
     rows = []
-    for index, sentence in enumerate(SENTENCES):
+    for index, sentence in enumerate(SENTENCES[1:]):
         rows.append(f"{index}\t{sentence}\t{sentence}\tentailment")
-        rows.append(f"{index}\t{sentence}\t{SENTENCES[(index + 1) % len(SENTENCES)]}\tnot_entailment")
+        rows.append(f"{index}\t{sentence}\t{UNRELATED}\tnot_entailment")
     path.write_text("index\tsentence1\tsentence2\tlabel\n" + "\n".join(rows) + "\n")
     return path
 
@@ -52,13 +56,13 @@ def test_relevance_head_trains_one_output_that_rerank_exports_and_transformers_l
     argv = [
         "finetune", "--task", "text-classification", "--base", str(tiny_base), "--train", str(data),
         "--eval", str(data), "--out", str(out), "--relevance-head", "--labels", "not_entailment,entailment",
-        "--epochs", "6", "--lr", "3e-3", "--batch-size", "4", "--max-length", "48", "--seed", "0",
+        "--epochs", "12", "--lr", "1e-2", "--batch-size", "4", "--max-length", "48", "--seed", "0",
     ]  # fmt: skip
     assert main(argv) == 0
     capsys.readouterr()
     history = json.loads((out / "metrics.json").read_text())["history"]
     assert {"accuracy", "brier"} <= set(history[0])
-    assert history[-1]["brier"] < history[0]["brier"]
+    assert history[-1]["brier"] < 0.2 < history[0]["brier"]  # chance is 0.25; seeds 0-3 are at 0.04-0.11 by epoch 6
     # the tiny model's per-epoch loss is noisy (torch's thread count differs across the suite): some later epoch
     # must beat the first, and the held-out Brier score (above) must end lower than it began
     assert min(epoch["train_loss"] for epoch in history[1:]) < history[0]["train_loss"]
