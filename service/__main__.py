@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from service.app import create_app
+    from service.http_protocol import bounded_headers_protocol
     from service.registry import load_engines
 
     broken: dict[str, str] = {}
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         log_level=settings.log_level,
         access_log=settings.access_log,
         timeout_graceful_shutdown=drain_seconds(settings),
+        http=bounded_headers_protocol(settings.max_header_bytes),
     )
     GracefulServer(config, app).run()
     return 0

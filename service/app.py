@@ -29,7 +29,7 @@ from service.metrics import ServiceMetrics
 from service.middleware import (
     OPEN_PATH_PREFIXES,
     ApiKeyMiddleware,
-    BodyLimitMiddleware,
+    BodyReadMiddleware,
     ConcurrencyLimitMiddleware,
     MetricsMiddleware,
 )
@@ -143,8 +143,14 @@ def create_app(
     known_paths = frozenset(path for route in routes if (path := getattr(route, "path", "")))
     posted = {getattr(route, "path", ""): route for route in routes if "POST" in getattr(route, "methods", ())}
     app.add_middleware(InferenceEntry, routes=[(route, posted[route.path]) for route in INFERENCE_ROUTES])
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent_requests=settings.max_concurrent_requests)
+    app.add_middleware(
+        BodyReadMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+        max_body_readers=settings.max_body_readers,
+        max_body_buffer_bytes=settings.max_body_buffer_bytes,
+    )
     if settings.api_keys:
         app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, protect_metrics=settings.protect_metrics)
         _declare_bearer_auth(app)

@@ -68,6 +68,17 @@ class MethodNotAllowed(ServiceError):
     description = "The path does not take this method."
 
 
+class BodyTimeout(ServiceError):
+    """The body did not arrive in full within ``body_timeout_s``; the connection is closed with the answer."""
+
+    status_code = 408
+    error_type = "body_timeout"
+    description = "The request body did not arrive in full within body_timeout_s; the connection is closed."
+
+    def headers(self) -> dict[str, str]:
+        return {"Connection": "close"}
+
+
 class PayloadTooLarge(ServiceError):
     status_code = 413
     error_type = "payload_too_large"
@@ -75,6 +86,17 @@ class PayloadTooLarge(ServiceError):
         "Body larger than max_body_bytes, more inputs than max_inputs_per_request (max_embedding_inputs for "
         "embeddings), or more tokens of text than max_request_tokens (max_embedding_tokens)."
     )
+
+
+class HeadersTooLarge(ServiceError):
+    """The request line and headers are longer than ``max_header_bytes``; answered by the HTTP protocol itself."""
+
+    status_code = 431
+    error_type = "headers_too_large"
+    description = "The request line and headers are larger than max_header_bytes; the connection is closed."
+
+    def headers(self) -> dict[str, str]:
+        return {"Connection": "close"}
 
 
 class UnsupportedMediaType(ServiceError):
@@ -97,8 +119,8 @@ class Overloaded(ServiceError):
     status_code = 429
     error_type = "overloaded"
     description = (
-        "Too many requests in flight (max_concurrent_requests) or the model's queue is full; retry after the "
-        "Retry-After header's seconds."
+        "Too many requests in flight (max_concurrent_requests), too many bodies being read (max_body_readers, "
+        "max_body_buffer_bytes) or the model's queue is full; retry after the Retry-After header's seconds."
     )
 
     def __init__(self, message: str, retry_after_s: int = 1) -> None:

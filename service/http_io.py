@@ -44,24 +44,21 @@ async def send_json(send: Send, status: int, payload: Any, headers: Mapping[str,
     await send_body(send, status, encode_json(payload), JSON_MEDIA_TYPE, headers)
 
 
-async def send_error(send: Send, error: ServiceError, path: str = "") -> None:
-    """Answer with ``error``: its status, its body for a request to ``path``, its headers (Retry-After, ...)."""
-    await send_json(send, error.status_code, error.body(path), error.headers())
+async def send_error(send: Send, error: ServiceError, path: str = "", close: bool = False) -> None:
+    """Answer with ``error``: its status, its body for a request to ``path``, its headers (Retry-After, ...);
+    ``close``: the server closes the connection after it (the body was not read in full)."""
+    headers = {**error.headers(), "Connection": "close"} if close else error.headers()
+    await send_json(send, error.status_code, error.body(path), headers)
 
 
-async def read_body(receive: Receive, max_bytes: int | None = None) -> bytes | None:
-    """The whole request body; None if the client left while sending it. PayloadTooLarge past ``max_bytes``."""
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body; None if the client left while sending it."""
     chunks: list[bytes] = []
-    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if max_bytes is not None and size > max_bytes:
-            raise body_too_large(max_bytes)
-        chunks.append(chunk)
+        chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 

@@ -1,15 +1,16 @@
-"""Pure ASGI middlewares: request metrics (outermost), API keys, the in-flight cap and the request body size limit."""
+"""Pure ASGI middlewares: request metrics (outermost), API keys, request bodies read in full, the in-flight cap."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import Overloaded, PayloadTooLarge, ServiceError, Unauthorized
-from service.http_io import body_too_large, read_body, replaying, send_error
+from service.errors import BodyTimeout, Overloaded, ServiceError, Unauthorized
+from service.http_io import body_too_large, header, replaying, send_error
 from service.metrics import ServiceMetrics
 
 # Paths an API key never guards: the health probes, the service's own and the Open Inference Protocol's.
@@ -17,6 +18,7 @@ OPEN_PATH_PREFIXES = ("/health", "/v2/health")
 # The playground page and its files (the page asks for the key and sends it on its API calls); / redirects there.
 PLAYGROUND_PATHS = frozenset({"/", "/playground"})
 PLAYGROUND_PREFIX = "/playground/"
+BODILESS_METHODS = ("GET", "HEAD", "OPTIONS")  # neither read nor counted
 
 
 class MetricsMiddleware:
@@ -82,40 +84,104 @@ class ApiKeyMiddleware:
         return scheme.lower() == b"bearer" and any(matches)
 
 
-class BodyLimitMiddleware:
-    """413 for a body over ``max_body_bytes``: by its Content-Length, or while it is read.
+class BodyReadMiddleware:
+    """Reads every request body in full before the app sees the request: bounded in time, size and memory.
 
-    The body is read here in full (it is small by definition) and replayed to the app, so an
-    over-long chunked body never reaches JSON parsing. Later ``receive`` calls go to the server
+    - 413 for a body over ``max_body_bytes``, by its Content-Length or once that many bytes have come;
+    - 408 for a body not in full within ``body_timeout_s`` of the request's headers;
+    - a body that arrives in one message (as a small request's does, with its headers) is read at once; a body that
+      comes in parts needs one of ``max_body_readers`` reading slots and may hold at most what is left of
+      ``max_body_buffer_bytes`` (the parts of every body being read, together): 429 when either is taken.
+
+    An answer given before the body has arrived in full closes the connection (``Connection: close``): a client
+    still sending gets nothing more read from it. The body is then replayed to the app, which is how the in-flight
+    cap inside this layer counts only requests whose body is complete. Later ``receive`` calls go to the server
     (that is how the routes notice a client that went away).
     """
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        body_timeout_s: float,
+        max_body_readers: int,
+        max_body_buffer_bytes: int,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+        self.max_body_readers = max_body_readers
+        self.max_body_buffer_bytes = max_body_buffer_bytes
+        self.readers = 0  # bodies being read in parts
+        self.buffered = 0  # bytes of them held here
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if scope["type"] != "http" or scope["method"] in BODILESS_METHODS:
             await self.app(scope, receive, send)
             return
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_body_bytes:
-                await send_error(send, body_too_large(self.max_body_bytes), scope["path"])
-                return
+        declared = header(scope["headers"], b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            await send_error(send, body_too_large(self.max_body_bytes), scope["path"], close=True)
+            return
         try:
-            body = await read_body(receive, self.max_body_bytes)
-        except PayloadTooLarge as error:
-            await send_error(send, error, scope["path"])
+            async with asyncio.timeout(self.body_timeout_s):
+                body = await self._read(receive)
+        except TimeoutError:
+            late = BodyTimeout(f"the body did not arrive in full within {self.body_timeout_s:g} s (body_timeout_s)")
+            await send_error(send, late, scope["path"], close=True)
+            return
+        except ServiceError as error:
+            await send_error(send, error, scope["path"], close=True)
             return
         if body is not None:
             await self.app(scope, replaying(body, receive), send)
 
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body; None if the client left while sending it."""
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        first: bytes = message.get("body", b"")
+        if len(first) > self.max_body_bytes:
+            raise body_too_large(self.max_body_bytes)
+        if not message.get("more_body", False):
+            return first
+        if self.readers >= self.max_body_readers:
+            raise Overloaded(f"{self.readers} request bodies are being read already (max_body_readers)")
+        self.readers += 1
+        held = 0
+        try:
+            chunks = [first]
+            held = self._hold(len(first), held)
+            while message.get("more_body", False):
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                chunk = message.get("body", b"")
+                if held + len(chunk) > self.max_body_bytes:
+                    raise body_too_large(self.max_body_bytes)
+                held = self._hold(len(chunk), held)
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            self.readers -= 1
+            self.buffered -= held
+
+    def _hold(self, size: int, held: int) -> int:
+        """Count ``size`` more bytes held for a body that holds ``held``; 429 past ``max_body_buffer_bytes``."""
+        if self.buffered + size > self.max_body_buffer_bytes:
+            held_now, limit = self.buffered, self.max_body_buffer_bytes
+            raise Overloaded(f"{held_now} bytes of request bodies held already (max_body_buffer_bytes: {limit})")
+        self.buffered += size
+        return held + size
+
 
 class ConcurrencyLimitMiddleware:
-    """429 (with Retry-After) at once for a request over ``max_concurrent_requests`` in flight, before its body is read.
+    """429 (with Retry-After) at once for a request over ``max_concurrent_requests`` in flight, before any model work.
 
-    GET, HEAD and OPTIONS requests (health, metrics, the model list, docs) are neither counted nor refused.
-    The permit is held until the app has answered (or failed).
+    It sits inside ``BodyReadMiddleware``: a request is counted once its body is complete, so a client that is slow
+    to send holds no permit. GET, HEAD and OPTIONS requests (health, metrics, the model list, docs) are neither
+    counted nor refused. The permit is held until the app has answered (or failed).
     """
 
     def __init__(self, app: ASGIApp, max_concurrent_requests: int) -> None:
@@ -124,7 +190,7 @@ class ConcurrencyLimitMiddleware:
         self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if scope["type"] != "http" or scope["method"] in BODILESS_METHODS:
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.max_concurrent_requests:

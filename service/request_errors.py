@@ -6,13 +6,13 @@ send (FastAPI parses neither as JSON: a body without Content-Type would let a we
 local service without a CORS preflight); everything else is a 422 listing the first problems.
 
 ``validated_json_body`` reads a route's JSON body as FastAPI reads the body parameter of a route (its
-media type rule, ``json.loads``, pydantic's python-mode validation, error locations under ``body``), so the
-inference entry answers every body FastAPI would have answered, in the same words.
+media type rule, pydantic's python-mode validation, error locations under ``body``), so the inference entry
+answers in FastAPI's words; the JSON itself is parsed by ``service.json_rules`` (UTF-8, depth, items, numbers,
+duplicate keys: one rule for every route and protocol), and a body of more than 1,000 problems gets them counted.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from email.message import Message
 from typing import Any, TypeVar
@@ -20,8 +20,12 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from service.errors import BadRequest, InvalidRequest, ServiceError, UnsupportedMediaType
+from service.json_rules import parse_json
 
 MAX_LISTED_PROBLEMS = 5
+# Past this many problems they are counted, not listed: pydantic turns each into a dict (~4 us), and a body of
+# wrongly typed items brings one or two per item.
+MAX_DETAILED_PROBLEMS = 1000
 JSON_MEDIA_TYPE = "application/json"
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -42,7 +46,7 @@ def validation_error(errors: Sequence[Mapping[str, Any]], content_type: str | No
             loc = tuple(error.get("loc", ()))
             position = loc[1] if len(loc) > 1 else "?"
             reason = (error.get("ctx") or {}).get("error", "JSON decode error")
-            return BadRequest(f"the body is not valid JSON: {reason} at character {position}")
+            return BadRequest(f"the body is not valid JSON at character {position}: {reason}")
     body_itself = any(tuple(error.get("loc", ())) == ("body",) for error in errors)
     if body_itself and not (content_type and is_json_media_type(content_type)):
         sent = f"not {content_type!r}" if content_type else "none was sent"
@@ -52,6 +56,15 @@ def validation_error(errors: Sequence[Mapping[str, Any]], content_type: str | No
         where = ".".join(str(part) for part in error.get("loc", ()))
         problems.append(f"{where}: {error.get('msg', 'invalid')}")
     return InvalidRequest("; ".join(problems) or "invalid request")
+
+
+def invalid_value(exc: ValidationError, content_type: str | None, prefix: tuple[str, ...] = ()) -> ServiceError:
+    """The error to answer for pydantic's ``exc``, its locations under ``prefix`` (``("body",)``: FastAPI's)."""
+    count = exc.error_count()
+    if count > MAX_DETAILED_PROBLEMS:
+        return InvalidRequest(f"{count} problems with the body, too many to list: see the route's schema at /docs")
+    located = [{**error, "loc": (*prefix, *error["loc"])} for error in exc.errors(include_url=False)]
+    return validation_error(located, content_type)
 
 
 def validated_json_body(model: type[Model], body: bytes, content_type: str | None) -> Model:
@@ -65,15 +78,8 @@ def validated_json_body(model: type[Model], body: bytes, content_type: str | Non
         errors: list[Mapping[str, Any]] = [{"type": "missing", "loc": ("body",), "msg": "Field required"}]
         raise validation_error(errors, content_type)
     if content_type == JSON_MEDIA_TYPE or (content_type and is_json_media_type(content_type)):
-        try:
-            value = json.loads(body)
-        except json.JSONDecodeError as exc:
-            invalid = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error"}
-            raise validation_error([{**invalid, "ctx": {"error": exc.msg}}], content_type) from None
-        except (ValueError, RecursionError):  # not UTF-8, nested too deep
-            raise BadRequest("There was an error parsing the body") from None
+        value = parse_json(body)
     try:
         return model.model_validate(value, from_attributes=True)
     except ValidationError as exc:
-        located = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_url=False)]
-        raise validation_error(located, content_type) from None
+        raise invalid_value(exc, content_type, ("body",)) from None

@@ -92,6 +92,33 @@ class Settings(BaseSettings):
         "cannot); 504 if it still has not ended at the deadline.",
     )
     max_body_bytes: int = Field(default=1 << 20, ge=1, description="Largest request body (413 above it).")
+    body_timeout_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="A request's body must arrive in full within this many seconds of its headers, else 408 and the "
+        "connection is closed; a body holds no in-flight permit while it arrives. 15 s carries the largest body "
+        "(max_body_bytes, 1 MiB) over a 1 Mbit/s uplink (8.4 s) with room to spare, and lets a client that stalls "
+        "hold a reading slot for at most that long.",
+    )
+    max_body_readers: int = Field(
+        default=1024,
+        ge=1,
+        description="Request bodies read in parts at once (a body that comes with its headers needs no slot); "
+        "429 (connection closed) for another.",
+    )
+    max_body_buffer_bytes: int = Field(
+        default=64 << 20,
+        ge=1,
+        description="Bytes held at once for the bodies being read in parts, together (429, connection closed, "
+        "for a body whose part would go past it): 64 bodies of max_body_bytes.",
+    )
+    max_header_bytes: int = Field(
+        default=64 << 10,
+        ge=1024,
+        description="Request line and headers of one request at most (431 and the connection closed above it; "
+        "uvicorn's httptools parser takes any size). 64 KiB holds any real client's cookies and tokens: nginx takes "
+        "4 x 8 KiB by default.",
+    )
     max_inputs_per_request: int = Field(default=64, ge=1, description="Most inputs in one request (413 above it).")
     max_embedding_inputs: int = Field(
         default=2048,
@@ -111,8 +138,9 @@ class Settings(BaseSettings):
     max_concurrent_requests: int = Field(
         default=128,
         ge=1,
-        description="Requests in flight at most (GET routes aside); over it a request gets 429 before its body is "
-        "read. Bounds waiting: an admitted request waits about this many requests / throughput.",
+        description="Requests in flight at most (GET routes aside), counted once their body has arrived; over it a "
+        "request gets 429 before any model work. Bounds waiting: an admitted request waits about this many "
+        "requests / throughput.",
     )
     skip_broken: bool = Field(
         default=False,

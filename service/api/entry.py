@@ -6,9 +6,11 @@ checked (media type, JSON, the route's request model: the rules and words of Fas
 (given up when the client goes away) and answered in the protocol's shape; a ServiceError is answered in the
 error shape of the request's path. Anything else goes on to the FastAPI app, which also declares these routes
 (OpenAPI, /docs, generated clients) and answers other methods on their paths (405). An unexpected error goes up
-to the app's outermost handler, as from a route.
+to the app's outermost handler, as from a route. Every JSON body, whatever its protocol, is parsed by
+``service.json_rules.parse_json``: one rule for encoding, nesting depth, item count, numbers and duplicate keys.
 
-It sits inside the request metrics, API key, in-flight cap and body size middlewares, so they all apply.
+It sits inside the request metrics, API key, body reading (deadline, size, memory) and in-flight cap middlewares,
+so they all apply: its body has arrived in full when it is called.
 """
 
 from __future__ import annotations

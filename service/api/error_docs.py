@@ -8,6 +8,7 @@ from pydantic import BaseModel
 
 from service.errors import (
     BadRequest,
+    BodyTimeout,
     InferenceError,
     InvalidRequest,
     ModelNotFound,
@@ -36,6 +37,7 @@ def error_responses(
 TASK_ERRORS: tuple[type[ServiceError], ...] = (
     BadRequest,
     ModelNotFound,
+    BodyTimeout,
     PayloadTooLarge,
     UnsupportedMediaType,
     InvalidRequest,

@@ -24,6 +24,7 @@ from service.api.protocol import Decoded, Incoming, InferenceRoute, Protocol, Re
 from service.engine import Engine
 from service.errors import BadRequest, ModelNotFound, NotReady, ServiceError, UnsupportedMediaType
 from service.inference import InferenceResult
+from service.json_rules import parse_json
 from service.oip import (
     EXTENSIONS,
     HEADER_LENGTH,
@@ -35,7 +36,7 @@ from service.oip import (
     split_body,
 )
 from service.registry import ModelRegistry
-from service.request_errors import validation_error
+from service.request_errors import invalid_value
 from service.schemas.v2 import (
     V2Error,
     V2InferRequest,
@@ -182,9 +183,9 @@ def decode_infer(incoming: Incoming, registry: ModelRegistry) -> Decoded:
     layout = LAYOUTS[engine.task]
     header, binary = split_body(incoming.body, incoming.header(HEADER_LENGTH))
     try:
-        infer = V2InferRequest.model_validate_json(header)
+        infer = V2InferRequest.model_validate(parse_json(header))
     except ValidationError as exc:
-        raise validation_error(exc.errors(), incoming.content_type) from None
+        raise invalid_value(exc, incoming.content_type) from None
     tensors = decode_inputs(infer, binary)
     parameters = dict(infer.parameters or {})
     binary_default = parameters.pop("binary_data_output", False)
@@ -193,7 +194,7 @@ def decode_infer(incoming: Incoming, registry: ModelRegistry) -> Decoded:
     try:
         task_request = layout.task_request(tensors, parameters, engine.name)
     except ValidationError as exc:
-        raise validation_error(exc.errors(), incoming.content_type) from None
+        raise invalid_value(exc, incoming.content_type) from None
     return Decoded(task_request, engine, InferCall(layout, infer.outputs, binary_default, infer.id))
 
 
