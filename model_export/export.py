@@ -12,6 +12,12 @@ Notes:
   so the graph answers what sentence-transformers computes and bundle.json records ``pooling`` / ``normalize``.
 - The TorchScript exporter stores a tied MLM decoder weight a second time (fill-mask graphs carry the word
   embeddings twice, ~90 MB extra for BERT-base): accepted, the bundle stays one file below protobuf's 2 GiB limit.
+- Memory: the export holds at most ~3.5x the fp32 weights (BERT-base and BERT-large, fp32 and int8; ~9x before).
+  The torch model is released once its reference outputs are computed and its graph exported; from then on the
+  graph goes from step to step with its weights in external data (``raw.onnx`` + ``raw.onnx.data``, ...), each step
+  reading them from disk a tensor at a time where the tools allow it (``torch_export``, ``optimize``,
+  ``onnx_files``), and the bundle's one ``model.onnx`` is streamed from them, byte for byte the file the in-memory
+  tools wrote. Every step hands the memory it freed back to the system; the last log line gives the peak RSS.
 - GPU path: ``precision="fp16"`` (CLI ``--precision fp16``) fuses the graph for GPU, converts it with the
   optimizer's ``convert_float_to_float16(keep_io_types=True)`` (int64 inputs, float32 outputs) and validates it on
   onnxruntime-gpu's CUDAExecutionProvider by top-1 agreement and cosine, not raw atol. It needs onnxruntime-gpu and
@@ -23,22 +29,16 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import onnx
 import onnxruntime as ort
-import torch
-from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 from torch import nn
 
 from contract.bundle import (
     BUNDLE_FILE,
     MODEL_FILE,
-    POOLINGS,
     PRECISIONS,
     QUANTIZATIONS,
     TOKENIZER_FILE,
@@ -49,9 +49,9 @@ from contract.bundle import (
     read_bundle,
     write_spec,
 )
-from contract.onnx_io import ort_session
-from contract.tasks import INPUT_NAMES, TASK_NAMES, TASKS, task_for_architecture
+from contract.tasks import TASK_NAMES, TASKS, task_for_architecture
 from model_export import optimize as graph_rewrites
+from model_export import validate
 from model_export.checkpoint_files import (
     SentencePooling,
     prepare_tokenizer,
@@ -59,69 +59,38 @@ from model_export.checkpoint_files import (
     sentence_pooling,
     weights_sha256,
 )
+from model_export.int8_checks import (
+    SPEED_BATCH,
+    TEXT_TOLERANCE_INT8,
+    check_eval_options,
+    compare_with_fp32,
+    log_int8_verdict,
+)
+from model_export.memory import describe_peak, release_memory
+from model_export.onnx_files import external_data_file, save_single_file
+from model_export.progress import Progress
 from model_export.task_eval import EvalModel, measure_int8_loss, metric_name, read_eval_rows
+from model_export.torch_export import (
+    OnnxAdapter,
+    SentenceEmbedder,
+    export_onnx,
+    fp32_weights_bytes,
+    torch_references,
+)
 from model_export.validate import (
     ExportError,
-    InputFeeds,
-    Outputs,
     ParityError,
     SpecialIds,
-    Tolerance,
-    agreement_between,
-    check_parity,
     default_tolerance,
     probe_batches,
-    run_session,
-    sequences_per_second,
-    session_runner,
     text_batches,
 )
 from training.checkpoint import CheckpointError, load_config, load_model
 from training.model import BertConfig
 
-__all__ = ["ExportError", "ParityError", "detect_task", "export_bundle"]
+__all__ = ["ExportError", "OnnxAdapter", "ParityError", "detect_task", "export_bundle", "export_onnx"]
 
 logger = logging.getLogger(__name__)
-
-SPEED_BATCH = (8, 128)
-# int8 on natural text, held tighter than the random-token probe (0.95). Per-channel int8 all-MiniLM-L6-v2 keeps
-# sentence-embedding cosines >= 0.99 for each probe text run alone, but 0.988 at worst in the padded probe batches:
-# dynamic int8 scales activations over the whole batch, padding included. Only cosine-judged (embedding) outputs
-# are held to it; the other outputs' agreement on the texts is reported.
-TEXT_TOLERANCE_INT8 = Tolerance(atol=None, min_cosine=0.98)
-# What the exporter, onnx, the optimizer, the quantiser and onnxruntime raise for graphs or files they cannot handle.
-TOOL_ERRORS: tuple[type[BaseException], ...] = (
-    RuntimeError,
-    ValueError,
-    OSError,
-    onnx.checker.ValidationError,
-    ort_errors.Fail,
-    ort_errors.InvalidArgument,
-    ort_errors.InvalidGraph,
-    ort_errors.InvalidProtobuf,
-    ort_errors.NotImplemented,
-    ort_errors.RuntimeException,
-)
-
-
-class Progress:
-    """Numbered progress lines; a tool's exception inside a step becomes a one-line ExportError naming the step."""
-
-    def __init__(self, total: int):
-        self.total = total
-        self.done = 0
-
-    @contextmanager
-    def step(self, description: str) -> Iterator[None]:
-        self.done += 1
-        logger.info("[%d/%d] %s", self.done, self.total, description)
-        try:
-            yield
-        except (ExportError, BundleError):
-            raise
-        except TOOL_ERRORS as error:
-            detail = (str(error).strip().splitlines() or [""])[0]
-            raise ExportError(f"{description} failed: {type(error).__name__}: {detail}") from error
 
 
 def checkpoint_architecture(config: BertConfig) -> str:
@@ -144,52 +113,6 @@ def resolve_task(requested: str, architecture: str) -> str:
     return task
 
 
-class SentenceEmbedder(nn.Module):
-    """An encoder's token states -> one (B, H) ``sentence_embedding``, as sentence-transformers computes it.
-
-    mean: the average of the real tokens' states (padding masked out, count clamped at 1e-9 as
-    sentence-transformers' Pooling does); cls: the [CLS] token's state (not the pooler output). ``normalize`` divides
-    by the L2 norm (``torch.nn.functional.normalize``: clamped at 1e-12, like sentence-transformers' Normalize).
-    """
-
-    def __init__(self, encoder: nn.Module, pooling: str, normalize: bool):
-        super().__init__()
-        if pooling not in POOLINGS:
-            raise ExportError(f"unknown pooling {pooling!r} (known: {', '.join(POOLINGS)})")
-        self.encoder = encoder
-        self.pooling = pooling
-        self.normalize = normalize
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-    ) -> dict[str, torch.Tensor]:
-        encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        hidden = encoded["last_hidden_state"]  # (B, T, H)
-        if self.pooling == "cls":
-            pooled = hidden[:, 0]
-        else:
-            weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-        if self.normalize:
-            pooled = nn.functional.normalize(pooled, p=2.0, dim=-1)
-        return {"sentence_embedding": pooled}
-
-
-class OnnxAdapter(nn.Module):
-    """Positional (input_ids, attention_mask, token_type_ids) -> the task's outputs as a tuple, for tracing."""
-
-    def __init__(self, model: nn.Module, output_names: Sequence[str]):
-        super().__init__()
-        self.model = model
-        self.output_names = tuple(output_names)
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-    ) -> tuple[torch.Tensor, ...]:
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        return tuple(outputs[name] for name in self.output_names)
-
-
 def _embedding_settings(
     checkpoint_dir: Path, task: str, pooling: str, normalize: bool | None
 ) -> SentencePooling | None:
@@ -208,44 +131,6 @@ def _embedding_settings(
     return embedding
 
 
-def export_onnx(adapter: OnnxAdapter, path: Path, task: str, opset: int) -> None:
-    """TorchScript export with dynamic batch and sequence axes; the model must be in eval mode."""
-    dummy_ids = torch.full((2, 8), 5, dtype=torch.long)
-    dummy_mask = torch.ones_like(dummy_ids)
-    dummy_mask[1, 6:] = 0
-    dynamic_axes = TASKS[task].dynamic_axes()
-    with warnings.catch_warnings():
-        # Tracer and deprecation warnings about the TorchScript path are expected and say nothing about the result.
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", FutureWarning)
-        torch.onnx.export(
-            adapter,
-            (dummy_ids, dummy_mask, torch.zeros_like(dummy_ids)),
-            str(path),
-            input_names=list(INPUT_NAMES),
-            output_names=list(adapter.output_names),
-            dynamic_axes=dynamic_axes,
-            opset_version=opset,
-            do_constant_folding=True,
-            dynamo=False,
-        )
-    # torch.onnx.export restores the adapter's own training flag (True for a fresh module) on every submodule.
-    adapter.eval()
-    onnx.checker.check_model(str(path))
-
-
-def torch_references(adapter: OnnxAdapter, batches: Sequence[InputFeeds]) -> list[Outputs]:
-    references = []
-    with torch.inference_mode():
-        for batch in batches:
-            values = adapter(*(torch.from_numpy(batch[name]) for name in INPUT_NAMES))
-            references.append(
-                {name: value.float().numpy() for name, value in zip(adapter.output_names, values, strict=True)}
-            )
-    return references
-
-
 def _check_out_dir(out_dir: Path) -> None:
     if out_dir.exists() and not (out_dir.is_dir() and (not any(out_dir.iterdir()) or (out_dir / BUNDLE_FILE).exists())):
         raise ExportError(f"{out_dir}: exists and is not a bundle folder; refusing to replace it")
@@ -262,44 +147,20 @@ def _install(staging: Path, out_dir: Path) -> None:
         shutil.rmtree(retired)
 
 
-def _compare_with_fp32(
-    task: str, fp32_path: Path, int8_path: Path, batches: Sequence[InputFeeds], speed_batch: InputFeeds
-) -> dict[str, Any]:
-    """int8 against the fp32 graph it came from: top-1 agreement / cosine on the probe and the measured speed-up."""
-    sessions = {"fp32": ort_session(fp32_path), "int8": ort_session(int8_path)}
-    outputs = {label: [run_session(session, batch) for batch in batches] for label, session in sessions.items()}
-    rates = {
-        label: sequences_per_second(session_runner(session), speed_batch, 0.3) for label, session in sessions.items()
-    }
-    return {
-        "vs_fp32": agreement_between(task, batches, outputs["fp32"], outputs["int8"]),
-        "fp32_sequences_per_second": round(rates["fp32"], 2),
-        "int8_sequences_per_second": round(rates["int8"], 2),
-        "speedup_vs_fp32": round(rates["int8"] / rates["fp32"], 3),
-        "speed_batch": list(speed_batch["input_ids"].shape),
-    }
+def check_parity(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """validate.check_parity, then its session's memory back to the system before the next step allocates."""
+    try:
+        return validate.check_parity(*args, **kwargs)
+    finally:
+        release_memory()
 
 
-def _check_eval_options(quantize: str, eval_data: str | Path | None, max_loss: float | None) -> None:
-    if eval_data is not None and quantize != "int8":
-        raise ExportError("--eval-data measures what int8 costs: it needs --quantize int8")
-    if max_loss is not None and eval_data is None:
-        raise ExportError("--max-loss needs --eval-data (the rows the loss is measured on)")
-    if max_loss is not None and not max_loss >= 0:
-        raise ExportError(f"--max-loss must be >= 0 percentage points, got {max_loss}")
-
-
-def _log_int8_verdict(figures: dict[str, Any]) -> None:
-    summary = (
-        f"{figures['metric']} fp32 {figures['fp32']:.2f}, int8 {figures['int8']:.2f} (loss {figures['loss']:.2f} "
-        f"points, {figures['changed_predictions']} of {figures['rows']} predictions changed)"
-    )
-    if figures["int8_accepted"]:
-        logger.info("int8 kept: %s", summary)
-    else:
-        logger.warning(
-            "int8 NOT written: %s is over --max-loss %g; the bundle keeps the fp32 graph", summary, figures["max_loss"]
-        )
+def _install_graph(model_path: Path, target: Path) -> None:
+    """The graph as the bundle's single file: moved when it is one, streamed into one when it has external data."""
+    if not external_data_file(model_path).exists():
+        shutil.move(str(model_path), target)
+        return
+    save_single_file(onnx.load(str(model_path), load_external_data=False), target, base_dir=model_path.parent)
 
 
 def export_bundle(
@@ -338,7 +199,7 @@ def export_bundle(
         raise ExportError("int8 quantization is a CPU path; it cannot be combined with precision fp16")
     if precision == "fp16" and "CUDAExecutionProvider" not in ort.get_available_providers():
         raise ExportError("precision fp16 needs onnxruntime-gpu with the CUDA execution provider")
-    _check_eval_options(quantize, eval_data, max_loss)
+    check_eval_options(quantize, eval_data, max_loss)
     _check_out_dir(out_dir)
     progress = Progress(
         4 + (optimize or precision == "fp16") + (quantize != "none" or precision == "fp16") + (eval_data is not None)
@@ -364,6 +225,8 @@ def export_bundle(
         max_length = resolve_max_length(max_length, settings, config)
         eval_rows = None if eval_data is None else read_eval_rows(eval_data, task, dict(config.id2label or {}))
         adapter = OnnxAdapter(model, TASKS[task].outputs).eval()
+        del model  # the adapter holds the only reference, dropped once the graph is exported
+        weights_bytes = fp32_weights_bytes(adapter)
         special_ids = SpecialIds(
             *(tokenizer.token_to_id(t) for t in (special.cls_token, special.sep_token, special.pad_token))
         )
@@ -383,6 +246,9 @@ def export_bundle(
         quantization_eval: dict[str, Any] = {}
         with progress.step(f"exporting {architecture} as {task} (opset {opset})"):
             export_onnx(adapter, model_path, task, opset)
+            # Everything from here on is ONNX: the torch model (and the exporter's leftovers) go before it starts.
+            del adapter
+            release_memory()
         fp32_tolerance = default_tolerance("fp32", "none", atol, rtol)
         with progress.step("checking the exported graph against torch"):
             parity = {
@@ -392,6 +258,7 @@ def export_bundle(
             with progress.step("fusing operators (onnxruntime BERT optimizer)"):
                 fused_path = work / "fused.onnx"
                 fused = graph_rewrites.optimize_bert(model_path, fused_path, *shape)
+                release_memory()
                 model_path = fused_path
                 parity["fp32"] = check_parity(
                     task, model_path, batches, references, outputs, fp32_tolerance, "fused graph"
@@ -400,6 +267,7 @@ def export_bundle(
             with progress.step("quantizing to int8 (dynamic, per-channel)"):
                 int8_path = work / "int8.onnx"
                 graph_rewrites.quantize_int8(model_path, int8_path)
+                release_memory()
                 tolerance = default_tolerance("fp32", "int8", atol, rtol)
                 parity["int8"] = check_parity(task, int8_path, batches, references, outputs, tolerance, "int8 graph")
                 # Sentence embeddings of natural text are held tighter than the random-token probe (cosine only).
@@ -410,7 +278,7 @@ def export_bundle(
                 speed_batch = probe_batches(
                     config.vocab_size, special_ids, max_length, config.type_vocab_size, [SPEED_BATCH], seed=1
                 )[0]
-                parity["int8"].update(_compare_with_fp32(task, model_path, int8_path, batches, speed_batch))
+                parity["int8"].update(compare_with_fp32(task, model_path, int8_path, batches, speed_batch))
             if eval_rows is not None:
                 with progress.step(f"scoring fp32 and int8 on {len(eval_rows)} eval rows ({metric_name(task)})"):
                     eval_model = EvalModel(
@@ -419,7 +287,7 @@ def export_bundle(
                     )  # fmt: skip
                     quantization_eval = measure_int8_loss(eval_model, model_path, int8_path, eval_rows, max_loss)
                     quantization_eval["data_sha256"] = file_sha256(Path(eval_data))  # type: ignore[arg-type]
-                _log_int8_verdict(quantization_eval)
+                log_int8_verdict(quantization_eval)
             if quantization_eval.get("int8_accepted", True):
                 model_path = int8_path
             else:
@@ -429,6 +297,7 @@ def export_bundle(
             with progress.step("fusing for GPU and converting to fp16"):
                 fp16_path = work / "fp16.onnx"
                 fused = graph_rewrites.convert_fp16(model_path, fp16_path, *shape)
+                release_memory()
                 model_path = fp16_path
                 tolerance = default_tolerance("fp16", "none", atol, rtol)
                 parity["fp16"] = check_parity(
@@ -436,7 +305,7 @@ def export_bundle(
                 )
 
         with progress.step(f"writing the bundle to {out_dir}"):
-            shutil.move(str(model_path), staging / MODEL_FILE)
+            _install_graph(model_path, staging / MODEL_FILE)
             tokenizer.save(str(staging / TOKENIZER_FILE))
             shutil.rmtree(work)
             spec = BundleSpec(
@@ -469,5 +338,5 @@ def export_bundle(
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-    logger.info("done: %s (%s, %s, %s)", out_dir, task, precision, quantize)
+    logger.info("done: %s (%s, %s, %s); %s", out_dir, task, precision, quantize, describe_peak(weights_bytes))
     return read_bundle(out_dir)
