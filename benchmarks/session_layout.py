@@ -1,9 +1,10 @@
-"""Raw ORT with the cores split two ways: one session with N intra-op threads, or N one-thread sessions side by side.
+"""Raw ORT with the cores split several ways: sessions, intra-op threads per session, and callers.
 
 ``python -m benchmarks.session_layout BUNDLE [--task sst2] [--batch 8,16]`` tokenizes the task's evaluation
-inputs once, sorts them by length, and runs every batch through each layout (the N sessions take alternate batches,
-each on its own thread; onnxruntime releases the GIL while it runs). Logs sequences/s per layout and batch size.
-Why the service runs ``model_workers`` one-thread sessions by default on 2 cores: README, Performance.
+inputs once, sorts them by length, and runs every batch through each layout: N callers (threads; onnxruntime
+releases the GIL while it runs) take alternate batches, each on its session, which may be one session shared by
+all (as the service's workers share one). Logs sequences/s per layout and batch size, then the median batch-1
+latency of a one-thread and an all-core session: what a lone request waits for in each layout.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -44,6 +46,19 @@ def sequences_per_s(sessions: list[ort.InferenceSession], batches: list[PaddedRo
     return rows / (time.perf_counter() - started)
 
 
+def batch1_ms(session: ort.InferenceSession, batches: list[PaddedRows], runs: int = 30) -> float:
+    names = [node.name for node in session.get_inputs()]
+    feeds = [{name: batch.feeds[name] for name in names} for batch in batches[:: max(1, len(batches) // runs)]]
+    for feed in feeds[:3]:
+        session.run(None, feed)
+    times = []
+    for feed in feeds:
+        started = time.perf_counter()
+        session.run(None, feed)
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.session_layout", description=__doc__)
     parser.add_argument("bundle", type=Path)
@@ -56,14 +71,21 @@ def main() -> None:
     tokenizer = bundle_tokenizer(args.bundle, task)
     rows = encode_rows(tokenizer.tokenizer, task, load_inputs(args.task))
     model = args.bundle / "model.onnx"
+    wide = ort_session(model, threads=args.cores, spin=False)
+    narrow = ort_session(model, threads=1, spin=False)
     layouts = {
-        f"1 session x {args.cores} threads": [ort_session(model, threads=args.cores, spin=False)],
+        f"1 session x {args.cores} threads, 1 caller": [wide],
         f"{args.cores} sessions x 1 thread": [ort_session(model, threads=1, spin=False) for _ in range(args.cores)],
+        f"1 session x 1 thread, {args.cores} callers": [narrow] * args.cores,
+        f"1 session x {args.cores} threads, {args.cores} callers": [wide] * args.cores,
     }
     for size in (int(value) for value in args.batch.split(",")):
         batches = padded_batches(rows, size, tokenizer.pad_id)
         for name, sessions in layouts.items():
             log.info("%s, batch %d: %.1f seq/s", name, size, sequences_per_s(sessions, batches, len(rows)))
+    singles = padded_batches(rows, 1, tokenizer.pad_id)
+    for name, session in ((f"{args.cores} threads", wide), ("1 thread", narrow)):
+        log.info("batch 1, one session x %s: median %.2f ms", name, batch1_ms(session, singles))
 
 
 if __name__ == "__main__":

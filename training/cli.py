@@ -53,6 +53,10 @@ def _add_training_arguments(parser: argparse.ArgumentParser, defaults: TrainingA
     group.add_argument("--warmup-ratio", type=float, default=defaults.warmup_ratio, help="share of steps to warm up")
     group.add_argument("--grad-accum", type=int, default=defaults.grad_accum, help="micro-batches per optimiser step")
     group.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm, help="gradient clipping")
+    group.add_argument(
+        "--layer-decay", type=float, default=defaults.layer_decay,
+        help="layer-wise lr decay: each layer below the heads trains at this factor of the one above (1: off)",
+    )  # fmt: skip
     group.add_argument("--seed", type=int, default=defaults.seed)
     group.add_argument(
         "--group-by-length", action="store_true",
@@ -163,6 +167,7 @@ def _training_arguments(args: argparse.Namespace, **extra: object) -> TrainingAr
         seed=args.seed,
         precision=args.precision,
         group_by_length=args.group_by_length,
+        layer_decay=args.layer_decay,
         **extra,  # type: ignore[arg-type]
     )
 

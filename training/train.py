@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import random
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -50,6 +51,7 @@ class TrainingArguments:
     precision: str = "auto"  # auto: bf16 (or fp16) autocast on CUDA, fp32 elsewhere
     eval_every_steps: int | None = None
     group_by_length: bool = False
+    layer_decay: float = 1.0  # layer-wise lr decay: layer k of L trains at lr * layer_decay ** (L + 1 - k)
 
 
 @dataclass
@@ -102,15 +104,37 @@ def set_seed(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two AdamW groups: decayed weights, and biases + LayerNorm weights with weight_decay 0 (as BERT did)."""
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
-    for name, parameter in model.named_parameters():
-        if not parameter.requires_grad:
-            continue
-        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(parameter)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+LAYER_INDEX = re.compile(r"\.layer\.(\d+)\.")
+
+
+def layer_depth(name: str, layers: int) -> int:
+    """0 for the embeddings, k + 1 for encoder layer k, layers + 1 for the pooler and the task heads."""
+    if ".embeddings." in f".{name}":
+        return 0
+    match = LAYER_INDEX.search(f".{name}")
+    return int(match.group(1)) + 1 if match else layers + 1
+
+
+def parameter_groups(
+    model: nn.Module, weight_decay: float, learning_rate: float | None = None, layer_decay: float = 1.0
+) -> list[dict[str, Any]]:
+    """AdamW groups: biases + LayerNorm weights get weight_decay 0 (as BERT did); with layer_decay < 1 each depth
+    also gets its own learning rate, lower towards the embeddings (layer-wise decay, as ELECTRA and BEiT tune)."""
+    named = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
+    indices = [int(m.group(1)) for name, _ in named if (m := LAYER_INDEX.search(f".{name}"))]
+    layers = max(indices, default=-1) + 1
+    groups: dict[tuple[int, bool], list[nn.Parameter]] = {}
+    for name, parameter in named:
+        depth = layer_depth(name, layers) if layer_decay != 1.0 else 0
+        decayed = not (name.endswith("bias") or "LayerNorm" in name)
+        groups.setdefault((depth, decayed), []).append(parameter)
+    result: list[dict[str, Any]] = []
+    for (depth, decayed), parameters in sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1])):
+        group: dict[str, Any] = {"params": parameters, "weight_decay": weight_decay if decayed else 0.0}
+        if learning_rate is not None and layer_decay != 1.0:
+            group["lr"] = learning_rate * layer_decay ** (layers + 1 - depth)
+        result.append(group)
+    return result
 
 
 def linear_schedule(
@@ -219,7 +243,9 @@ def train(
     if runtime.distributed:
         device_ids = [runtime.device.index] if runtime.device.type == "cuda" else None
         wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
-    optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay), lr=args.learning_rate)
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, args.weight_decay, args.learning_rate, args.layer_decay), lr=args.learning_rate
+    )
     scheduler = linear_schedule(optimizer, warmup_steps, total_steps)
     dtype = autocast_dtype(args.precision, runtime.device)
     scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
@@ -303,7 +329,7 @@ def train(
         micro_parts.clear()
         elapsed = time.perf_counter() - started
         postfix = {"loss": f"{step_losses[-1]:.4f}", **{k: f"{v:.4f}" for k, v in parts.items()}}
-        postfix.update(lr=f"{scheduler.get_last_lr()[0]:.2e}", samples_s=f"{samples / elapsed:.1f}")
+        postfix.update(lr=f"{max(scheduler.get_last_lr()):.2e}", samples_s=f"{samples / elapsed:.1f}")
         progress.set_postfix(postfix, refresh=False)
         progress.update(1)
         if step >= total_steps:

@@ -35,6 +35,22 @@ def test_no_weight_decay_on_biases_and_layer_norm() -> None:
     assert not any(n.endswith("bias") or "LayerNorm" in n for n in decayed)
 
 
+def test_layer_decay_lowers_the_learning_rate_towards_the_embeddings() -> None:
+    config = BertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32, num_labels=2
+    )
+    model = BertForSequenceClassification(config)
+    groups = parameter_groups(model, weight_decay=0.1, learning_rate=1.0, layer_decay=0.5)
+    group_of = {id(p): group for group in groups for p in group["params"]}
+    lr_of = {name: group_of[id(p)]["lr"] for name, p in model.named_parameters()}
+    assert lr_of["classifier.weight"] == 1.0 and lr_of["bert.pooler.dense.weight"] == 1.0
+    assert lr_of["bert.encoder.layer.2.output.dense.weight"] == 0.5
+    assert lr_of["bert.encoder.layer.0.attention.self.query.bias"] == 0.125
+    assert lr_of["bert.embeddings.word_embeddings.weight"] == 0.0625
+    assert len(lr_of) == len(list(model.parameters()))
+    assert {g["weight_decay"] for g in groups if any(p is model.classifier.bias for p in g["params"])} == {0.0}
+
+
 def test_linear_warmup_then_linear_decay() -> None:
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=2.0)
     scheduler = linear_schedule(optimizer, warmup_steps=10, total_steps=50)
