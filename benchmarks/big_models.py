@@ -128,17 +128,21 @@ async def measure_served_length(
     server: servers.Server, port: int, texts: list[str], args: argparse.Namespace
 ) -> dict[str, Any]:
     bodies = [json.dumps({"model": SERVED_NAME, "inputs": text, "truncation": True}).encode() for text in texts]
-    waited = await wait_idle(server.pid, IDLE_WAIT_S)
-    rate, tally = await closed_loop("127.0.0.1", port, ROUTE, bodies, args.concurrency, args.warmup, args.duration,
-                                    args.timeout)  # fmt: skip
-    waited += await wait_idle(server.pid, IDLE_WAIT_S)  # the batches the c=32 clients left running end first
+    waited = 0.0
+    points: dict[str, Any] = {}
+    for clients in args.concurrency:
+        waited += await wait_idle(server.pid, IDLE_WAIT_S)  # what the last point left running ends first
+        rate, tally = await closed_loop("127.0.0.1", port, ROUTE, bodies, clients, args.warmup, args.duration,
+                                        args.timeout)  # fmt: skip
+        points[f"c{clients}_sequences_per_s"] = rate
+        points[f"c{clients}_statuses"] = dict(sorted(tally.statuses.items()))
+    waited += await wait_idle(server.pid, IDLE_WAIT_S)
     started = time.perf_counter()
     _, single = await closed_loop("127.0.0.1", port, ROUTE, bodies, 1, args.warmup, args.duration, args.timeout)
     latencies = latencies_after(single, started + args.warmup)
     p50 = percentile(latencies, 0.5)
     return {
-        f"c{args.concurrency}_sequences_per_s": rate,
-        f"c{args.concurrency}_statuses": dict(sorted(tally.statuses.items())),
+        **points,
         "c1_p50_ms": None if p50 is None else 1000 * p50,
         "c1_requests": len(latencies),
         "c1_statuses": dict(sorted(single.statuses.items())),
@@ -211,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", type=csv_of(int), default=[128, 512], help="input tokens ([CLS], [SEP] included)")
     parser.add_argument("--duration", type=float, default=12.0, help="seconds per measured point")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds of warm-up before a served point")
-    parser.add_argument("--concurrency", type=int, default=32, help="clients of the served throughput point")
+    parser.add_argument(
+        "--concurrency", type=csv_of(int), default=[8, 32], help="clients of the served throughput points"
+    )
     parser.add_argument("--raw-batch-sizes", type=csv_of(int), default=[8, 32], help="raw ORT batch sizes tried")
     parser.add_argument("--timeout", type=float, default=120.0, help="client-side timeout per request (s)")
     parser.add_argument("--server-args", default="", help="extra flags for python -m service")

@@ -35,23 +35,28 @@ def bundle_rows(bundles: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def speed_rows(bundles: list[dict[str, Any]], concurrency: int) -> list[str]:
+def speed_rows(bundles: list[dict[str, Any]], concurrency: int | list[int]) -> list[str]:
+    points = concurrency if isinstance(concurrency, list) else [concurrency]
+    served_heads = "".join(f"served c={c} seq/s | c={c} / raw | " for c in points)
     lines = [
-        f"| model | quant | tokens | raw seq/s (batch) | served c={concurrency} seq/s | served / raw | "
-        f"raw batch-1 median ms | served c=1 p50 ms | c=1 minus raw ms | answers c={concurrency} | answers c=1 |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        f"| model | quant | tokens | raw seq/s (batch) | {served_heads}"
+        "raw batch-1 median ms | served c=1 p50 ms | c=1 minus raw ms | c=1 / raw | answers |",
+        "| --- | --- | ---: | ---: | " + "---: | ---: | " * len(points) + "---: | ---: | ---: | ---: | --- |",
     ]
     for entry in bundles:
         for length, raw in entry["raw"].items():
             served = entry["served"]["lengths"][length]
-            throughput = served[f"c{concurrency}_sequences_per_s"]
+            cells = "".join(
+                f"{_num(served.get(f'c{c}_sequences_per_s'), 2)} | "
+                f"{_ratio(served.get(f'c{c}_sequences_per_s'), raw['sequences_per_s'])} | "
+                for c in points
+            )
+            statuses = "; ".join(f"c={c} {served.get(f'c{c}_statuses')}" for c in [*points, 1])
             p50, b1 = served["c1_p50_ms"], raw["batch1_median_ms"]
             lines.append(
                 f"| {entry['size']} | {entry['quantization']} | {_tokens(entry['tokens'][length])} | "
-                f"{_num(raw['sequences_per_s'], 2)} ({raw['best_batch_size']}) | {_num(throughput, 2)} | "
-                f"{_ratio(throughput, raw['sequences_per_s'])} | {_num(b1)} | {_num(p50)} | "
-                f"{_num(None if p50 is None else p50 - b1)} | {served[f'c{concurrency}_statuses']} | "
-                f"{served['c1_statuses']} |"
+                f"{_num(raw['sequences_per_s'], 2)} ({raw['best_batch_size']}) | {cells}{_num(b1)} | {_num(p50)} | "
+                f"{_num(None if p50 is None else p50 - b1)} | {_ratio(p50, b1)} | {statuses} |"
             )
     return lines
 

@@ -4,7 +4,7 @@ The RSS a second copy adds is the model's own footprint (sessions, arena, tokeni
 libraries every server carries. Measured at ready and after a burst of long requests to every name (the burst grows
 ONNX Runtime's activation arena). Target of issue 21: <= 1.3x the ONNX file at ready, <= 1.4x after the burst.
 
-    python -m benchmarks.memory_layout BUNDLE [BUNDLE ...] [--server-args "--solo-session"]
+    python -m benchmarks.memory_layout BUNDLE [BUNDLE ...] [--server-args "--parallel-runs 2"]
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     server_args = shlex.split(args.server_args)
     start_load = os.getloadavg()[0]
-    rows = [layout_row(bundle, server_args, args.out.parent / "logs") for bundle in args.bundles]
+    log_dir = Path(__file__).parent / "scratch" / "memory-logs"
+    rows = [layout_row(bundle, server_args, log_dir) for bundle in args.bundles]
     loads = (start_load, os.getloadavg()[0])
     report = {"server_args": server_args, "load_average": loads, "rows": rows}
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")

@@ -178,15 +178,19 @@ def _expire(request: PendingRequest, timeout_s: float | None) -> None:
 
 
 class Batcher:
-    def __init__(self, policy: BatchPolicy, name: str = "model", workers: int = 1) -> None:
+    def __init__(
+        self, policy: BatchPolicy, name: str = "model", workers: int = 1, parallel_runs: int | None = None
+    ) -> None:
         self.policy = policy
         self.name = name
         self._queue: list[WorkItem] = []
         self._lock = threading.Lock()
         # Idle workers by number, each waiting on its own condition of the one lock: new rows wake the lowest
-        # number, so a lone request always goes to worker 0 (which may hold a session with every core's threads).
+        # number, so a lone request always goes to worker 0.
         self._idle: list[tuple[int, threading.Condition]] = []
         self.workers = workers  # how many workers take batches
+        # how many batches run at once (the workers' run gate): what the measured rate per batch is divided by
+        self.parallel_runs = max(1, min(workers, parallel_runs or workers))
         self._closed = False
         self._suspended: NotReady | None = None  # set while the model has no live worker
         self._queued_tokens = 0  # tokens of the rows in _queue, live or not
@@ -251,10 +255,11 @@ class Batcher:
         return request
 
     def estimate_seconds(self, tokens: int, rows: int) -> float | None:
-        """Model time for ``rows`` rows of ``tokens`` tokens in all, spread over the workers (None: not measured)."""
+        """Model time for ``rows`` rows of ``tokens`` tokens in all, spread over the parallel runs (None: not
+        measured)."""
         if self._seconds_per_token is None:
             return None
-        return tokens * self._seconds_per_token / max(1, min(self.workers, rows))
+        return tokens * self._seconds_per_token / max(1, min(self.parallel_runs, rows))
 
     def _admit_locked(self, tokens: int, rows: int, timeout_s: float, now: float) -> None:
         own = self.estimate_seconds(tokens, rows)
@@ -271,7 +276,7 @@ class Batcher:
             self._purge_locked(now, force=False)
             if self._over_budget_locked(tokens, own, budget):
                 self.shed["over_budget"] += 1
-                ahead = self._queued_tokens * (self._seconds_per_token or 0.0) / self.workers
+                ahead = self._queued_tokens * (self._seconds_per_token or 0.0) / self.parallel_runs
                 raise Overloaded(
                     f"model {self.name} has about {ahead:.1f} s of work queued; this request would not end within "
                     f"its {timeout_s:.3g} s deadline",
@@ -279,7 +284,7 @@ class Batcher:
                 )
 
     def _over_budget_locked(self, tokens: int, own: float, budget: float) -> bool:
-        ahead = self._queued_tokens * (self._seconds_per_token or 0.0) / self.workers
+        ahead = self._queued_tokens * (self._seconds_per_token or 0.0) / self.parallel_runs
         return ahead + own > budget
 
     async def run(self, sequences: list[ModelRow], timeout_s: float | None = None) -> list[RowOutputs]:
@@ -417,7 +422,7 @@ class Batcher:
         """Seconds until the queue has drained enough for ``tokens`` more to fit in ``budget`` (1 when unknown)."""
         if self._seconds_per_token is None:
             return 1
-        excess = tokens * self._seconds_per_token / self.workers - budget
+        excess = tokens * self._seconds_per_token / self.parallel_runs - budget
         return max(1, math.ceil(excess))
 
     def _take_batch_locked(self) -> WorkBatch | None:

@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import functools
 import logging
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -136,11 +135,10 @@ class Engine:
         batching: BatchingChoice | None = None,
         workers: int = 1,
         make_runner: Callable[[], ModelRunner] | None = None,
-        solo_runner: ModelRunner | None = None,
     ) -> None:
-        """``workers`` threads share ``runner``, all taking batches from one queue; ``make_runner`` builds the fresh
-        session that replaces it when a worker dies (None: not replaced). The first worker runs ``solo_runner``
-        instead when the others are idle (a lone request gets every core)."""
+        """``workers`` threads share ``runner``, all taking batches from one queue, ``batching.parallel_runs`` of
+        them running at once; ``make_runner`` builds the fresh session that replaces it when a worker dies (None:
+        not replaced)."""
         self.name = name
         self.bundle = bundle
         self.handler = handler
@@ -152,9 +150,10 @@ class Engine:
         if bundle.spec.task == EMBEDDING_TASK:
             # One embeddings request may bring max_embedding_inputs texts, one row each: the queue holds one such.
             policy = dataclasses.replace(policy, max_queue=max(policy.max_queue, settings.max_embedding_inputs))
-        self.batcher = Batcher(policy, name, workers=workers)
+        runs = self.batching.parallel_runs
+        self.batcher = Batcher(policy, name, workers=workers, parallel_runs=runs)
         self.pool = WorkerPool(
-            name, self.batcher, runner, make_runner, workers, context.pad_token_id, token_level, observer, solo_runner
+            name, self.batcher, runner, make_runner, workers, context.pad_token_id, token_level, observer, runs
         )
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix=f"prepare-{name}")
@@ -208,14 +207,11 @@ class Engine:
             del tuned, served
             served = make_runner(batching.intra_op_threads)
         threads = batching.intra_op_threads if batching is not None else settings.intra_op_threads
-        workers = settings.model_workers
-
-        # with every worker busy each shares the session's threads; a lone batch may have every core (opt-in:
-        # the second session holds the weights a second time)
-        solo_threads = min(os.cpu_count() or 1, threads * workers)
-        solo = make_runner(solo_threads) if settings.solo_session and workers > 1 and solo_threads > threads else None
         fresh = functools.partial(make_runner, threads)
-        return cls(name, bundle, handler, context, served, settings, executor, observer, batching, workers, fresh, solo)
+        return cls(
+            name, bundle, handler, context, served, settings, executor, observer, batching, settings.model_workers,
+            fresh,
+        )  # fmt: skip
 
     @property
     def task(self) -> str:
@@ -238,7 +234,7 @@ class Engine:
             batching={
                 **self.batching.to_json(),
                 "workers": len(self.workers),
-                "solo_session": self.pool.solo_runner is not None,
+                "parallel_runs": self.pool.parallel_runs,
             },
             quantization_eval=dict(spec.quantization_eval),
         )

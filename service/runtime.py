@@ -1,14 +1,18 @@
 """A model's ONNX Runtime session and the worker threads that share it.
 
 A worker takes batches from the batcher, pads them, runs the session once per batch, cuts the outputs back into
-per-row arrays and hands them to the batcher. A failing batch fails only its own requests (500) and the worker
-goes on; after ``RETIRE_AFTER_FAILURES`` failed batches in a row, or if the thread itself dies, the worker fails
-its batch with a 503 naming the model, turns ``alive`` False and calls ``on_death`` (the engine replaces it with a
-fresh session: service/supervision.py).
+per-row arrays and hands them to the batcher. The workers of a model share one run gate: at most its width of them
+take and run a batch at once (one, on a session with every core's threads: the next batch forms while the last one's
+outputs are cut and answered; more, where concurrent runs measured faster).
+
+A failing batch fails only its own requests (500) and the worker goes on; after ``RETIRE_AFTER_FAILURES`` failed
+batches in a row, or if the thread itself dies, the worker fails its batch with a 503 naming the model, turns
+``alive`` False and calls ``on_death`` (the engine replaces it with a fresh session: service/supervision.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
@@ -126,15 +130,15 @@ class Worker:
         token_level: frozenset[str],
         observer: BatchObserver | None = None,
         number: int = 0,  # among the model's workers
-        solo_runner: ModelRunner | None = None,
+        gate: threading.Semaphore | None = None,
         on_death: Callable[[Worker], None] | None = None,
     ) -> None:
-        """``solo_runner`` (a session with more threads) runs the batches taken while every other worker is idle.
+        """``gate``: the run gate the model's workers share (None: this worker never waits for another).
         ``on_death`` is called (on this thread) when the worker retires; without it a dead worker closes the
         batcher, failing what is queued."""
         self.name = name
         self.number = number
-        self.solo_runner = solo_runner
+        self.gate: contextlib.AbstractContextManager[object] = gate if gate is not None else contextlib.nullcontext()
         self.batcher = batcher
         self.runner = runner
         self.pad_token_id = pad_token_id
@@ -158,8 +162,13 @@ class Worker:
     def _serve(self) -> None:
         batch: WorkBatch | None = None
         try:
-            while (batch := self.batcher.next_batch(self.number)) is not None:
-                self._run_batch(batch)
+            while True:
+                with self.gate:  # the batch is taken only once it can run: its rows' deadlines are checked then
+                    if (batch := self.batcher.next_batch(self.number)) is None:
+                        return
+                    started = time.perf_counter()
+                    ran = self._run(batch)
+                self._finish(batch, ran, started)
                 batch = None
                 if self.failures_in_a_row >= RETIRE_AFTER_FAILURES:
                     raise SessionFailed(f"{self.failures_in_a_row} batches failed in a row")
@@ -179,16 +188,23 @@ class Worker:
         if self.on_death is not None:
             self.on_death(self)
 
-    def _run_batch(self, batch: WorkBatch) -> None:
-        started = time.perf_counter()
+    def _run(self, batch: WorkBatch) -> tuple[PaddedRows, dict[str, np.ndarray]] | Exception:
+        """Pad and run (inside the gate); an exception is returned for ``_finish`` to fail the batch with."""
+        try:
+            padded = pad_token_rows(batch.sequences, self.pad_token_id)
+            return padded, self.runner.run(padded)
+        except Exception as exc:
+            return exc
+
+    def _finish(
+        self, batch: WorkBatch, ran: tuple[PaddedRows, dict[str, np.ndarray]] | Exception, started: float
+    ) -> None:
         queue_seconds = [batch.formed_at - item.enqueued_at for item in batch.items]
         failed = False
         try:
-            padded = pad_token_rows(batch.sequences, self.pad_token_id)
-            runner = self.runner
-            if self.solo_runner is not None and self.batcher.idle_workers >= self.batcher.workers - 1:
-                runner = self.solo_runner
-            outputs = runner.run(padded)
+            if isinstance(ran, Exception):
+                raise ran
+            padded, outputs = ran
             rows = split_rows(outputs, padded.lengths, self.token_level)
         except Exception as exc:
             failed = True

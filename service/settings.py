@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 EMBEDDING_TASK = "feature-extraction"
 # What start-up tuning picks per model (service/tuning.py); one of them given explicitly turns auto-tuning off.
-TUNED_SETTINGS = frozenset({"max_batch_tokens", "max_batch_size", "intra_op_threads"})
+TUNED_SETTINGS = frozenset({"max_batch_tokens", "max_batch_size", "intra_op_threads", "parallel_runs"})
 
 
 def default_model_workers() -> int:
@@ -24,7 +24,7 @@ def default_model_workers() -> int:
 
 
 def default_intra_op_threads() -> int:
-    return max(1, min(2, (os.cpu_count() or 1) // default_model_workers()))
+    return os.cpu_count() or 1
 
 
 class Settings(BaseSettings):
@@ -41,23 +41,23 @@ class Settings(BaseSettings):
     intra_op_threads: int = Field(
         default_factory=default_intra_op_threads,
         ge=1,
-        description="ONNX Runtime threads per session (per model call); the default is min(2, CPU count / the "
-        "default model_workers).",
+        description="ONNX Runtime threads of the model's one session: a lone batch runs on all of them. Default: "
+        "the CPU count (set it to the container's CPU limit, which the CPU count does not see).",
     )
-    # Two one-thread callers beat one two-thread session on 2 cores (benchmarks/results/ab/model-workers-*.md):
-    # no thread-pool barrier per operator for the event loop to stall, and a batch runs while the next forms.
-    # They share one session (Run is thread-safe): the weights are held once.
+    # Two workers share the one session (Run is thread-safe: the weights are held once): while one runs a batch the
+    # other cuts and answers the last one's outputs and takes the next (benchmarks/results/session_layout.md).
     model_workers: int = Field(
         default_factory=default_model_workers,
         ge=1,
-        description="Worker threads per model, all fed from the model's one queue and running batches at once on "
-        "its one ONNX Runtime session (the weights are held once; intra_op_threads is the session's). "
-        "Default: min(2, CPU count).",
+        description="Worker threads per model, all fed from the model's one queue and running batches on its one "
+        "ONNX Runtime session. Default: min(2, CPU count).",
     )
-    solo_session: bool = Field(
-        default=False,
-        description="Give each model a second session with every core's threads for batches that run while the "
-        "other workers are idle (faster lone requests; holds the model's weights a second time).",
+    parallel_runs: int | None = Field(
+        default=None,
+        ge=1,
+        description="How many of a model's workers may run a batch at once on its session (at most model_workers). "
+        "Default: tuned at start-up (one, or every worker where concurrent runs measured faster); without tuning, "
+        "every worker when intra_op_threads is 1, else one.",
     )
     intra_op_spinning: bool = Field(
         default=False,
@@ -68,9 +68,9 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(default=32, ge=1, description="Rows per batch at most.")
     tune: bool | None = Field(
         default=None,
-        description="Pick max_batch_tokens, max_batch_size and intra_op_threads per model at start-up from a few "
-        "seconds of synthetic batches (logged, and shown in /v1/models). Default: on when none of the three is "
-        "given; with --tune the given ones stay fixed and the others are tuned; --no-tune: never.",
+        description="Pick max_batch_tokens, max_batch_size, intra_op_threads and parallel_runs per model at "
+        "start-up from a few seconds of synthetic batches (logged, and shown in /v1/models). Default: on when none "
+        "of the four is given; with --tune the given ones stay fixed and the others are tuned; --no-tune: never.",
     )
     tune_seconds: float = Field(default=1.5, gt=0, le=60, description="Time budget of start-up tuning per model.")
     batch_overhead_tokens: float = Field(

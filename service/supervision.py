@@ -1,11 +1,12 @@
 """A model's worker threads over one shared session, and their replacement when one dies.
 
 Every worker runs batches on the pool's one runner (ONNX Runtime's ``Run`` is thread-safe, so the weights are held
-once). A worker that dies (service/runtime.py: its thread raised, or its session kept failing) is replaced by a new
-worker on a fresh session, which then serves every worker. While no worker is alive the batcher fails what is
-queued and refuses new rows with a 503 naming the model, and the engine reports not ready. Deaths close together
-back off: the first replacement is immediate, each further one within ``HEALTHY_AFTER_S`` waits twice as long, up
-to ``MAX_BACKOFF_S``; a session that cannot be built is retried on the same schedule.
+once), at most ``parallel_runs`` of them at once (the run gate they share). A worker that dies (service/runtime.py:
+its thread raised, or its session kept failing) is replaced by a new worker on a fresh session, which then serves
+every worker. While no worker is alive the batcher fails what is queued and refuses new rows with a 503 naming the
+model, and the engine reports not ready. Deaths close together back off: the first replacement is immediate, each
+further one within ``HEALTHY_AFTER_S`` waits twice as long, up to ``MAX_BACKOFF_S``; a session that cannot be built
+is retried on the same schedule.
 """
 
 from __future__ import annotations
@@ -37,14 +38,16 @@ class WorkerPool:
         pad_token_id: int,
         token_level: frozenset[str],
         observer: BatchObserver | None = None,
-        solo_runner: ModelRunner | None = None,
+        parallel_runs: int | None = None,
     ) -> None:
-        """``make_runner`` builds a fresh session for a replacement (None: dead workers are not replaced)."""
+        """``make_runner`` builds a fresh session for a replacement (None: dead workers are not replaced);
+        ``parallel_runs``: how many workers may run a batch at once (default: all of them)."""
         self.name = name
         self.batcher = batcher
         self.runner = runner
         self.make_runner = make_runner
-        self.solo_runner = solo_runner if count > 1 else None
+        self.parallel_runs = max(1, min(count, parallel_runs or count))
+        self.gate = threading.BoundedSemaphore(self.parallel_runs) if self.parallel_runs < count else None
         self._pad_token_id = pad_token_id
         self._token_level = token_level
         self.workers = [self._worker(number, observer) for number in range(count)]
@@ -58,10 +61,10 @@ class WorkerPool:
 
     def _worker(self, number: int, observer: BatchObserver | None) -> Worker:
         on_death = self._on_death if self.make_runner is not None else None
-        solo = self.solo_runner if number == 0 else None
-        worker = Worker(self.name, self.batcher, self.runner, self._pad_token_id, self._token_level, observer, number)
-        worker.solo_runner, worker.on_death = solo, on_death
-        return worker
+        return Worker(
+            self.name, self.batcher, self.runner, self._pad_token_id, self._token_level, observer, number, self.gate,
+            on_death,
+        )  # fmt: skip
 
     @property
     def live(self) -> int:

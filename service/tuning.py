@@ -1,10 +1,12 @@
 """Start-up auto-tuning: a few seconds of synthetic batches pick a model's batch limits and ORT threads.
 
-Three settings are tuned, each only among a candidate set fixed before any timing (and logged), so the choice
+Four settings are tuned, each only among a candidate set fixed before any timing (and logged), so the choice
 is bounded whatever the clock says; a setting given explicitly is not tuned (its candidate set is that value):
 
-- ``intra_op_threads``: powers of two up to the CPU count per worker (and that count); the fastest at a batch of
-  4 x 128-token rows wins, fewer threads when within 5 % (other models share the cores).
+- ``intra_op_threads``: powers of two up to the CPU count (and that count); the fastest at a batch of 4 x 128-token
+  rows wins, fewer threads when within 5 % (other models share the cores). A lone batch runs on all of them.
+- ``parallel_runs``: 1 or ``model_workers`` batches at once on that session, the same batch run by that many
+  threads together; more only when it beats one by 5 % (concurrent runs share the session's threads).
 - ``max_batch_tokens``: rows of 128 tokens (or the model's max length) in batches of 1, 2, 4 ... rows; the
   token count where throughput stops growing (the smallest batch within 5 % of the best) is the budget.
 - ``max_batch_size``: the same sweep with 16-token rows, up to the token budget: how many short rows one call
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +59,7 @@ class BatchingChoice:
     max_batch_tokens: int
     max_batch_size: int
     intra_op_threads: int
+    parallel_runs: int = 1
     tuned: bool = False
     candidates: dict[str, list[int]] = field(default_factory=dict)  # per tuned setting, what it was picked from
     tokens_per_second: dict[str, dict[int, float]] = field(default_factory=dict)  # what was measured
@@ -63,7 +67,8 @@ class BatchingChoice:
 
     @classmethod
     def configured(cls, settings: Settings) -> BatchingChoice:
-        return cls(settings.max_batch_tokens, settings.max_batch_size, settings.intra_op_threads)
+        runs = settings.parallel_runs or (settings.model_workers if settings.intra_op_threads == 1 else 1)
+        return cls(settings.max_batch_tokens, settings.max_batch_size, settings.intra_op_threads, runs)
 
     def apply(self, settings: Settings) -> Settings:
         """``settings`` with this choice's values (the batcher reads its policy from settings)."""
@@ -80,6 +85,7 @@ class BatchingChoice:
             "max_batch_tokens": self.max_batch_tokens,
             "max_batch_size": self.max_batch_size,
             "intra_op_threads": self.intra_op_threads,
+            "parallel_runs": self.parallel_runs,
             "tuned": self.tuned,
             "candidates": self.candidates,
             "tune_seconds": round(self.seconds, 3),
@@ -98,7 +104,8 @@ def candidate_sets(settings: Settings, max_length: int, max_tokens_cap: int | No
     cap = max_tokens_cap or 2**31
     tokens = sorted({max(max_length, min(cap, long_row * size)) for size in SIZE_CANDIDATES})
     sets = {
-        "intra_op_threads": thread_candidates(max(1, (os.cpu_count() or 1) // settings.model_workers)),
+        "intra_op_threads": thread_candidates(os.cpu_count() or 1),
+        "parallel_runs": sorted({1, settings.model_workers}),
         "max_batch_tokens": tokens,
         "max_batch_size": list(SIZE_CANDIDATES),
     }
@@ -173,10 +180,12 @@ class CallCost:
     def measurement_s(self, rows: int) -> float:
         return (self.runs + 1) * rows * self.row_s
 
-    def least_plan_s(self, thread_options: int) -> float:
-        """Every thread candidate, then two sizes of each row sweep (1 and 2 long rows; short rows cost less)."""
+    def least_plan_s(self, thread_options: int, most_runs: int = 1) -> float:
+        """Every thread candidate, the widest run gate, then two sizes of each row sweep (1 and 2 long rows; short
+        rows cost less)."""
         threads = thread_options * self.measurement_s(THREADS_PROBE_ROWS) + (thread_options - 1) * self.build_s
-        return threads + 2 * self.measurement_s(3)
+        runs = most_runs * self.measurement_s(THREADS_PROBE_ROWS) if most_runs > 1 else 0.0
+        return threads + runs + 2 * self.measurement_s(3)
 
 
 class Tuner:
@@ -196,11 +205,11 @@ class Tuner:
         self.cost = CallCost(0.0, 0.0)
         self.budget_note = ""
 
-    def _plan(self, runner: ModelRunner, build_s: float, thread_options: int) -> None:
+    def _plan(self, runner: ModelRunner, build_s: float, thread_options: int, most_runs: int) -> None:
         """Time one long row and set the budget: ``tune_seconds``, or the least the plan needs on a slow model."""
         single = self._batch(1, min(LONG_ROW_TOKENS, self.max_length))
         self.cost = CallCost(_time_batch(runner, single, runs=1), build_s)
-        least = self.cost.least_plan_s(thread_options) + self.clock.elapsed
+        least = self.cost.least_plan_s(thread_options, most_runs) + self.clock.elapsed
         if least > self.clock.budget_s:
             self.budget_note = f"budget {least:.1f} s, the least its sweeps need at this model's speed"
             self.clock.budget_s = least
@@ -225,6 +234,34 @@ class Tuner:
         chosen = sweep.knee()
         return chosen, runners[chosen], sweep
 
+    def _sweep_parallel_runs(self, runner: ModelRunner, candidates: list[int], one_run_rate: float) -> _Sweep:
+        """Tokens/s with k threads running the probe batch on ``runner`` at once, for each k > 1 of ``candidates``
+        (k = 1 is the thread sweep's own figure); ties go to fewer runs."""
+        batch = self._batch(THREADS_PROBE_ROWS, min(LONG_ROW_TOKENS, self.max_length))
+        sweep = _Sweep(rates={1: one_run_rate} if 1 in candidates else {})
+        for runs in (k for k in sorted(candidates) if k > 1):
+            ready = threading.Barrier(runs + 1)
+            done = threading.Barrier(runs + 1)
+
+            def call(ready: threading.Barrier = ready, done: threading.Barrier = done) -> None:
+                runner.run(batch)  # warm-up: each thread's first call allocates
+                ready.wait()
+                for _ in range(self.cost.runs):
+                    runner.run(batch)
+                done.wait()
+
+            threads = [threading.Thread(target=call, daemon=True) for _ in range(runs)]
+            for thread in threads:
+                thread.start()
+            ready.wait()
+            started = time.perf_counter()
+            done.wait()
+            seconds = time.perf_counter() - started
+            for thread in threads:
+                thread.join()
+            sweep.rates[runs] = runs * self.cost.runs * batch.input_ids.size / max(seconds, 1e-9)
+        return sweep
+
     def _sweep_rows(self, runner: ModelRunner, length: int, sizes: list[int], share: float) -> _Sweep:
         sweep, stalled = _Sweep(), 0
         for count, size in enumerate(sizes):
@@ -245,9 +282,17 @@ class Tuner:
         """Pick every setting inside ``candidates``; returns the choice and the runner with the chosen threads.
         ``build_s``: how long ``runner``'s session took to build (what another thread count's session will cost)."""
         measured: dict[str, dict[int, float]] = {}
-        self._plan(runner, build_s, len(candidates["intra_op_threads"]))
+        run_options = candidates["parallel_runs"]
+        self._plan(runner, build_s, len(candidates["intra_op_threads"]), max(run_options))
         threads, runner, sweep = self._sweep_threads(candidates["intra_op_threads"], (threads, runner))
         measured["intra_op_threads"] = sweep.rates
+        if len(run_options) == 1:
+            parallel_runs = run_options[0]
+        else:
+            runs_sweep = self._sweep_parallel_runs(runner, run_options, sweep.rates[threads])
+            measured["parallel_runs"] = runs_sweep.rates
+            best = max(runs_sweep.rates.values())
+            parallel_runs = min(k for k, rate in runs_sweep.rates.items() if rate * GROWTH >= best)
         long_row = min(LONG_ROW_TOKENS, self.max_length)
         token_options = candidates["max_batch_tokens"]
         if len(token_options) == 1:
@@ -266,7 +311,9 @@ class Tuner:
             sweep = self._sweep_rows(runner, short_row, sizes, 1.0)
             measured["max_batch_size"] = sweep.rates
             max_size = _at_least(size_options, max(sweep.knee(), max_tokens // long_row))
-        choice = BatchingChoice(max_tokens, max_size, threads, True, candidates, _rounded(measured), self.clock.elapsed)
+        choice = BatchingChoice(
+            max_tokens, max_size, threads, parallel_runs, True, candidates, _rounded(measured), self.clock.elapsed
+        )
         return choice, runner
 
 
@@ -280,7 +327,8 @@ def _rounded(measured: dict[str, dict[int, float]]) -> dict[str, dict[int, float
 
 
 def log_choice(name: str, choice: BatchingChoice, budget_note: str = "") -> None:
-    chosen = {key: getattr(choice, key) for key in ("max_batch_tokens", "max_batch_size", "intra_op_threads")}
+    keys = ("max_batch_tokens", "max_batch_size", "intra_op_threads", "parallel_runs")
+    chosen = {key: getattr(choice, key) for key in keys}
     logger.info(
         "model %s: tuned in %.2f s (%s): %s; picked from %s; tokens/s measured: %s",
         name,

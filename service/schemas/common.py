@@ -39,7 +39,9 @@ class Batching(BaseModel):
 
     max_batch_tokens: int
     max_batch_size: int
-    intra_op_threads: int
+    intra_op_threads: int = Field(description="Threads of the model's one ONNX Runtime session.")
+    workers: int = Field(1, description="Worker threads taking batches from the model's queue.")
+    parallel_runs: int = Field(1, description="How many of them may run a batch on the session at once.")
     tuned: bool = Field(description="Picked by start-up tuning (false: the settings' values).")
     candidates: dict[str, list[int]] = Field(
         default_factory=dict, description="Per tuned setting, the values the tuner picked from."

@@ -69,6 +69,6 @@ def result(raw_speed: float, served_speed: float | None) -> dict[str, object]:
 def test_report_gives_ratios_to_raw_and_to_the_file() -> None:
     text = markdown(result(raw_speed=16.8, served_speed=16.0))
     assert "| base | fp32 | 438 | 26.0 | 4.00 | 5.0 | 1,752 | 4.00x | 1,800 |" in text
-    assert "| base | fp32 | 128 | 16.80 (32) | 16.00 | 0.95x | 60.5 | 80.5 | 20.0 |" in text
+    assert "| base | fp32 | 128 | 16.80 (32) | 16.00 | 0.95x | 60.5 | 80.5 | 20.0 | 1.33x |" in text
     assert "[0.1, 0.2, 0.3]" in text and "[2.0, 1.9, 1.0]" in text
     assert "| 16.80 (32) | - | - |" in markdown(result(raw_speed=16.8, served_speed=None))

@@ -167,8 +167,8 @@ def test_two_workers_run_batches_at_once_on_one_session(
     engine = Engine.from_bundle(text_classification_model.bundle, settings(model_workers=2, max_batch_size=1))
     assert len(opened) == 1, "one graph load per model, whatever the worker count"
     first, second = engine.workers
-    assert first.runner is second.runner is engine.pool.runner and first.solo_runner is None
-    assert engine.info.batching["workers"] == 2 and engine.info.batching["solo_session"] is False
+    assert first.runner is second.runner is engine.pool.runner
+    assert engine.info.batching["workers"] == 2 and engine.info.batching["parallel_runs"] == 2
     gate = threading.Event()
     gated = [GatedRunner(worker.runner, gate) for worker in engine.workers]
     for worker, runner in zip(engine.workers, gated, strict=True):
@@ -198,28 +198,42 @@ def test_two_workers_run_batches_at_once_on_one_session(
         np.testing.assert_allclose([item["score"] for item in got], [item["score"] for item in expected], atol=1e-5)
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: no session with more threads than the others")
-def test_a_lone_request_runs_on_the_opt_in_all_core_session(text_classification_model: TinyModel) -> None:
-    engine = Engine.from_bundle(text_classification_model.bundle, settings(model_workers=2, solo_session=True))
-    first, second = engine.workers
-    assert first.solo_runner is not None and second.solo_runner is None
-    assert first.solo_runner.session.get_session_options().intra_op_num_threads == 2  # type: ignore[attr-defined]
-    open_gate = threading.Event()
-    open_gate.set()
-    solo, own, other = (GatedRunner(runner, open_gate) for runner in (first.solo_runner, first.runner, second.runner))
-    first.solo_runner, first.runner, second.runner = solo, own, other
+def test_by_default_a_lone_batch_runs_on_every_core(text_classification_model: TinyModel) -> None:
+    engine = Engine.from_bundle(text_classification_model.bundle, Settings(tune=False))  # type: ignore[call-arg]
+    options = engine.pool.runner.session.get_session_options()  # type: ignore[attr-defined]
+    assert options.intra_op_num_threads == (os.cpu_count() or 1)
+    assert engine.info.batching["parallel_runs"] == (1 if (os.cpu_count() or 1) > 1 else len(engine.workers))
 
-    async def main() -> None:
+
+def test_one_parallel_run_lets_the_second_worker_wait_for_the_first(text_classification_model: TinyModel) -> None:
+    engine = Engine.from_bundle(
+        text_classification_model.bundle, settings(model_workers=2, max_batch_size=1, parallel_runs=1)
+    )
+    assert engine.info.batching["workers"] == 2 and engine.info.batching["parallel_runs"] == 1
+    gate = threading.Event()
+    gated = GatedRunner(engine.pool.runner, gate)
+    for worker in engine.workers:
+        worker.runner = gated
+    params = ClassificationParams(top_k=None)
+
+    async def main() -> tuple[int, list]:
+        gate.set()
         await engine.start()
+        gate.clear()
+        gated.seen.clear()
+        gated.entered.clear()
+        together = asyncio.gather(*(engine.infer([text], params) for text in TEXTS[:2]))
         deadline = time.monotonic() + 5
-        while engine.batcher.idle_workers < 2:
+        while not gated.entered.is_set():
             assert time.monotonic() < deadline
             await asyncio.sleep(0.005)
-        for runner in (solo, own, other):
-            runner.seen.clear()  # the warm-up batches
-        for text in TEXTS:  # one at a time: the other worker is idle each time
-            await engine.infer([text], ClassificationParams())
+        await asyncio.sleep(0.3)  # time for the other worker to run the second batch, were it allowed to
+        running = len(gated.seen)
+        gate.set()
+        answers = await together
         await engine.stop()
+        return running, answers
 
-    asyncio.run(main())
-    assert len(solo.seen) == len(TEXTS) and not own.seen and not other.seen
+    running, answers = asyncio.run(main())
+    assert running == 1, "the second batch ran while the first held the run gate"
+    assert len(answers) == 2 and len(gated.seen) == 2

@@ -111,7 +111,7 @@ def test_models_and_metrics_show_the_batching_and_the_int8_figures(
             return card, app.state.registry.engines["tc"], (await client.get("/metrics")).text
 
     card, engine, metrics = asyncio.run(main())
-    assert card["batching"] == {**engine.batching.to_json(), "tuned": True}
+    assert card["batching"] == {**engine.batching.to_json(), "tuned": True, "workers": len(engine.workers)}
     assert card["quantization_eval"] == {key: value for key, value in figures.items() if key != "data_sha256"}
     for name in TUNED_SETTINGS:
         value = float(getattr(engine.batching, name))
@@ -142,9 +142,11 @@ def test_tuning_measures_every_thread_candidate_and_keeps_its_budget(row_s: floa
 
     tuner = Tuner(make, cls_id=101, sep_id=102, vocab_size=1000, max_length=128, budget_s=0.5)
     candidates = {"intra_op_threads": [1, 2], "max_batch_tokens": [128 * n for n in (1, 2, 4, 8, 16)],
-                  "max_batch_size": [1, 2, 4, 8, 16, 32]}  # fmt: skip
+                  "max_batch_size": [1, 2, 4, 8, 16, 32], "parallel_runs": [1, 2]}  # fmt: skip
     choice, _ = tuner.tune(candidates, SlowRunner(row_s), threads=1, build_s=0.01)
     assert set(choice.tokens_per_second["intra_op_threads"]) == {1, 2} and built == [2]
+    # the stand-in sleeps, so two runs at once do twice the work: the tuner measures that and takes two
+    assert set(choice.tokens_per_second["parallel_runs"]) == {1, 2} and choice.parallel_runs == 2
     budget = tuner.clock.budget_s
     assert choice.seconds <= 1.2 * budget
     if raised:  # 30 ms a row: the thread candidates and two sizes per sweep need ~0.9 s; the log says why
