@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenizers import Tokenizer
-
 from benchmarks import accuracy_report, served_scores
 from benchmarks.datasets import REPO_ROOT, read_conll, read_rte, read_squad, read_sst2, shared_data_dir
+from benchmarks.overload_loads import bundle_tokenizer
 from benchmarks.servers import OFFLINE_ENV, bertserve_command, free_port, running
 from contract.mask_probes import mask_probes
 
@@ -100,7 +99,7 @@ RECIPES: dict[str, AccuracyRecipe] = {
     for recipe in (
         AccuracyRecipe(
             "sst2", "text-classification", "sst2/train.tsv", "sst2/dev.tsv",
-            ("--epochs", "2", "--lr", "6e-5", "--max-length", "64", "--batch-size", "32", "--group-by-length"),
+            ("--epochs", "3", "--lr", "3e-5", "--max-length", "64", "--batch-size", "32", "--group-by-length"),
             serve_max_length=128, metric="accuracy", target=91.0,
         ),
         AccuracyRecipe(
@@ -110,8 +109,9 @@ RECIPES: dict[str, AccuracyRecipe] = {
         ),
         AccuracyRecipe(
             "squad", "question-answering", "squad/dev-subset.json", "squad/dev-subset.json",
-            ("--articles", "0:16", "--eval-articles", "16:", "--epochs", "3", "--lr", "1e-4", "--max-length", "384",
-             "--doc-stride", "128", "--batch-size", "16", "--group-by-length"),
+            ("--articles", "0:16", "--eval-articles", "16:", "--epochs", "6", "--lr", "2e-4", "--layer-decay", "0.7",
+             "--warmup-ratio", "0.2", "--max-length", "384", "--doc-stride", "128", "--batch-size", "16",
+             "--group-by-length"),
             serve_max_length=384, metric="f1", target=72.0,
         ),
         AccuracyRecipe(
@@ -207,13 +207,6 @@ def export(recipe: AccuracyRecipe, precision: str) -> Path:
     return bundle
 
 
-def bundle_tokenizer(bundle: Path) -> Tokenizer:
-    tokenizer = Tokenizer.from_file(str(bundle / "tokenizer.json"))
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    return tokenizer
-
-
 def score(recipe: AccuracyRecipe, served: served_scores.Served, bundle: Path) -> dict[str, float]:
     """The recipe's eval set through HTTP, scored as the task is usually scored; ``bundle``: the served folder."""
     if recipe.name == "sst2":
@@ -253,7 +246,7 @@ def run_recipe(recipe: AccuracyRecipe) -> list[dict[str, Any]]:
                 "trained_best": record["metrics"].get("best"), "command": public_command(recipe),
                 "wall_s": record["wall_s"], "score_wall_s": round(time.time() - started, 1),
                 "load_avg": {"train_start": record["load_avg_start"], "train_end": record["load_avg_end"]},
-                "device": f"trained and served on {device_name()}",
+                "device": f"trained on {record.get('trained_on') or device_name()}, served on {device_name()}",
             })  # fmt: skip
     return rows
 

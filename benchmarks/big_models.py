@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from benchmarks import raw_ort, servers
 from benchmarks.big_models_report import markdown
 from benchmarks.datasets import DATA_DIR_ENV, REPO_ROOT, DataDirNotFound
@@ -158,12 +160,16 @@ def measure_served(bundle: Path, inputs: dict[int, list[str]], args: argparse.Na
     with servers.running(f"big-{bundle.name}", command, port, "/health/ready", args.work_dir / "logs") as server:
         ready_s = time.perf_counter() - started
         rss_ready = rss_bytes(server.pid)
+        cards = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["models"]
         lengths = {
             str(length): asyncio.run(measure_served_length(server, port, texts, args))
             for length, texts in inputs.items()
         }
         rss_after = rss_bytes(server.pid)
-    return {"startup_s": ready_s, "rss_ready_bytes": rss_ready, "rss_after_load_bytes": rss_after, "lengths": lengths}
+    return {
+        "startup_s": ready_s, "rss_ready_bytes": rss_ready, "rss_after_load_bytes": rss_after, "lengths": lengths,
+        "batching": cards[0].get("batching"),
+    }  # fmt: skip
 
 
 def export_bundle(checkpoint: Path, bundle: Path, quantization: str, reuse: bool) -> dict[str, Any]:
