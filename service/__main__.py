@@ -37,8 +37,11 @@ FLAG_NAMES: dict[str, tuple[str, ...]] = {
     "models_dir": ("--models", "--models-dir"),
     "models": ("--model",),
     "api_keys": ("--api-key",),
+    "cors_allow_origins": ("--cors-allow-origin",),
 }
-METAVARS: dict[str, str] = {"models_dir": "DIR", "models": "NAME=PATH", "api_keys": "KEY"}
+METAVARS: dict[str, str] = {
+    "models_dir": "DIR", "models": "NAME=PATH", "api_keys": "KEY", "cors_allow_origins": "ORIGIN",
+}  # fmt: skip
 TYPE_METAVARS: dict[Any, str] = {int: "N", float: "NUM", Path: "PATH"}
 
 

@@ -19,6 +19,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import Route
 
 from service.api import ROUTERS
 from service.api.entry import InferenceEntry
@@ -33,6 +35,7 @@ from service.middleware import (
     ConcurrencyLimitMiddleware,
     MetricsMiddleware,
 )
+from service.oip import HEADER_LENGTH
 from service.registry import ModelRegistry, load_engines
 from service.request_errors import validation_error
 from service.settings import Settings
@@ -70,7 +73,12 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
     body = error_body(http_error_type(exc.status_code), message, request.scope["path"])
-    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # every method the path takes, not only the first route's (GET / and POST /)
+        path = request.scope["path"]
+        methods = {method for pattern, taken in request.app.state.methods if pattern.match(path) for method in taken}
+        headers["Allow"] = ", ".join(sorted(methods)) or headers.get("Allow", "")
+    return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
 
 def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
@@ -142,6 +150,9 @@ def create_app(
     routes = [*app.routes, *(route for router in ROUTERS for route in router.routes)]
     known_paths = frozenset(path for route in routes if (path := getattr(route, "path", "")))
     posted = {getattr(route, "path", ""): route for route in routes if "POST" in getattr(route, "methods", ())}
+    app.state.methods = [
+        (route.path_regex, frozenset(route.methods or ())) for route in routes if isinstance(route, Route)
+    ]
     app.add_middleware(InferenceEntry, routes=[(route, posted[route.path]) for route in INFERENCE_ROUTES])
     app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent_requests=settings.max_concurrent_requests)
     app.add_middleware(
@@ -155,6 +166,15 @@ def create_app(
         app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, protect_metrics=settings.protect_metrics)
         _declare_bearer_auth(app)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_paths=known_paths)
+    if settings.cors_allow_origins:  # outermost: a preflight is answered before keys and limits apply
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_allow_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", HEADER_LENGTH],
+            expose_headers=["Retry-After", HEADER_LENGTH],
+            max_age=600,
+        )
     return app
 
 

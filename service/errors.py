@@ -158,10 +158,11 @@ class RequestTimeout(ServiceError):
 
 
 V2_PATH_PREFIX = "/v2"  # the Open Inference Protocol (KServe / Triton v2) routes
+NOT_V2_PATHS = frozenset({"/v2/rerank"})  # Cohere's v2 API, whose errors are this service's own shape
 
 
 def speaks_v2(path: str) -> bool:
-    return path == V2_PATH_PREFIX or path.startswith(V2_PATH_PREFIX + "/")
+    return (path == V2_PATH_PREFIX or path.startswith(V2_PATH_PREFIX + "/")) and path not in NOT_V2_PATHS
 
 
 def error_body(error_type: str, message: str, path: str = "") -> dict[str, Any]:

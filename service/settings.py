@@ -163,8 +163,13 @@ class Settings(BaseSettings):
         "but health (and metrics, unless protect_metrics) needs 'Authorization: Bearer KEY'.",
     )
     protect_metrics: bool = Field(default=False, description="With api_keys set, /metrics needs a key too.")
+    cors_allow_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Origins whose browser pages may call the API (env: comma-separated; '*' for any). Off by "
+        "default; API keys still apply to the calls themselves.",
+    )
 
-    @field_validator("models", "api_keys", mode="before")
+    @field_validator("models", "api_keys", "cors_allow_origins", mode="before")
     @classmethod
     def split_model_list(cls, value: object) -> object:
         if isinstance(value, str):

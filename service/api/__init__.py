@@ -19,6 +19,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     metrics.router,
     docs.router,
+    playground.root_router,
     playground.router,
 )
 

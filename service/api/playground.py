@@ -21,14 +21,22 @@ PAGE_FILES = {
 }
 
 router = APIRouter(include_in_schema=False)
+root_router = APIRouter(tags=["playground"])  # GET / is documented: POST / is an inference route
 
 
 def page_folder() -> Path:
     return Path(str(files("service") / "static" / "playground"))
 
 
-@router.get("/")
+@root_router.get(
+    "/",
+    status_code=307,
+    response_class=RedirectResponse,
+    responses={307: {"description": "To the playground page."}},
+    tags=["playground"],
+)
 async def root() -> RedirectResponse:
+    """The playground (``POST /`` is the HF Inference API when one model is served)."""
     return RedirectResponse("playground", status_code=307)
 
 

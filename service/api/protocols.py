@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from service.api import openai, rerank, tei, v1, v2
+from service.api import cohere, hf, openai, rerank, tei, v1, v2
 from service.api.protocol import InferenceRoute, Protocol
 
-PROTOCOLS: tuple[Protocol, ...] = (v1.PROTOCOL, rerank.PROTOCOL, openai.PROTOCOL, tei.PROTOCOL, v2.PROTOCOL)
+PROTOCOLS: tuple[Protocol, ...] = (
+    v1.PROTOCOL, rerank.PROTOCOL, cohere.PROTOCOL, openai.PROTOCOL, tei.PROTOCOL, v2.PROTOCOL, hf.PROTOCOL,
+)  # fmt: skip
 
 INFERENCE_ROUTES: tuple[InferenceRoute, ...] = tuple(route for protocol in PROTOCOLS for route in protocol.routes)

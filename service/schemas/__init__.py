@@ -16,6 +16,8 @@ from service.schemas.embeddings import (
 from service.schemas.fill_mask import FillMaskPrediction, FillMaskRequest, FillMaskResponse
 from service.schemas.question_answering import QAAnswer, QAPair, QuestionAnsweringRequest, QuestionAnsweringResponse
 from service.schemas.rerank import (
+    CohereV2RerankRequest,
+    CohereV2RerankResponse,
     RerankDocument,
     RerankRequest,
     RerankResponse,
@@ -38,6 +40,8 @@ from service.schemas.zero_shot_classification import (
 )
 
 __all__ = [
+    "CohereV2RerankRequest",
+    "CohereV2RerankResponse",
     "EmbeddingData",
     "EmbeddingsRequest",
     "EmbeddingsResponse",

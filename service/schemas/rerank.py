@@ -1,4 +1,5 @@
-"""Rerank bodies: ``/v1/rerank`` in the Cohere / Jina shape, ``/rerank`` in text-embeddings-inference's shape."""
+"""Rerank bodies: ``/v1/rerank`` in the Cohere v1 / Jina shape, ``/v2/rerank`` in Cohere's v2 shape, ``/rerank`` in
+text-embeddings-inference's shape."""
 
 from __future__ import annotations
 
@@ -57,6 +58,43 @@ class RerankResponse(BaseModel):
 
     model: str
     results: list[RerankResult] = Field(description="Documents by relevance, best first (at most top_n).")
+
+
+class CohereV2RerankRequest(TaskRequest):
+    """Cohere's v2 rerank body (``cohere.ClientV2.rerank``): documents are strings, results carry no document."""
+
+    model_config = examples(
+        {"model": "ms-marco", "query": QUERY, "documents": DOCUMENTS},
+        {"model": "ms-marco", "query": QUERY, "documents": DOCUMENTS, "top_n": 1},
+    )
+    task: ClassVar[str] = "rerank"
+
+    query: str = Field(description="What the documents are ranked against; never truncated.")
+    documents: Annotated[list[str], Field(min_length=1)] = Field(
+        description="Texts to rank; each is truncated (at its end) to fit the model with the query."
+    )
+    top_n: int | None = Field(None, ge=1, le=MAX_TOP_K, description="Return only the best n; default all.")
+    max_tokens_per_doc: int | None = Field(
+        None, ge=1, description="Accepted for Cohere's clients; documents are cut to what fits the model anyway."
+    )
+
+    def input_list(self) -> list[str]:
+        return self.documents
+
+    def to_task(self) -> tuple[list[Any], RerankParams]:
+        return list(self.documents), RerankParams(query=self.query)
+
+
+class CohereV2RerankResult(BaseModel):
+    index: int = Field(description="Position of the document in the request's documents.")
+    relevance_score: float = Field(description="Relevance in [0, 1].")
+
+
+class CohereV2RerankResponse(BaseModel):
+    model_config = examples({"id": "0b5f8d", "results": [{"index": 0, "relevance_score": 0.998}]})
+
+    id: str = Field(description="This answer's id.")
+    results: list[CohereV2RerankResult] = Field(description="Documents by relevance, best first (at most top_n).")
 
 
 class TeiRerankRequest(TaskRequest):

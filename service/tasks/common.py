@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -94,6 +94,14 @@ def encode_batch(tokenizer: Tokenizer, inputs: list, what: str = "input") -> lis
         return tokenizer.encode_batch(inputs, add_special_tokens=True)
     except Exception as exc:  # tokenizers raises a bare Exception for truncation errors
         raise InputError(f"cannot tokenize the {what}: {exc}") from exc
+
+
+def require_fit(encodings: list[Encoding], max_length: int, too_long: Callable[[int, int], str]) -> None:
+    """The tasks' one rule for an input they were told not to cut: over ``max_length`` tokens it is a client error,
+    worded by ``too_long(index, tokens)`` in the task's terms (what to send to have it cut)."""
+    for index, encoding in enumerate(encodings):
+        if len(encoding.ids) > max_length:
+            raise InputError(too_long(index, len(encoding.ids)))
 
 
 def to_sequence(encoding: Encoding) -> ModelRow:

@@ -15,7 +15,7 @@ import numpy as np
 
 from contract.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import encode_batch, to_sequence, truncating_tokenizer
+from service.tasks.common import encode_batch, require_fit, to_sequence, truncating_tokenizer
 
 DIRECTIONS = ("right", "left")
 
@@ -71,12 +71,11 @@ class FeatureExtractionHandler:
             tokenizer = ctx.tokenizer  # no truncation configured: the lengths below are the texts' own
         encodings = encode_batch(tokenizer, texts, "text")
         if not params.truncate:
-            for index, encoding in enumerate(encodings):
-                if len(encoding.ids) > ctx.max_length:
-                    raise InputError(
-                        f"input {index} is {len(encoding.ids)} tokens long; the model takes at most {ctx.max_length}"
-                        " (truncate: true cuts it)"
-                    )
+            require_fit(
+                encodings, ctx.max_length,
+                lambda index, tokens: f"input {index} is {tokens} tokens long; the model takes at most "
+                f"{ctx.max_length} (truncate: true cuts it)",
+            )  # fmt: skip
         return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
 
     def postprocess(

@@ -17,7 +17,15 @@ import numpy as np
 
 from contract.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import encode_batch, require_text, sigmoid, softmax, to_sequence, truncating_tokenizer
+from service.tasks.common import (
+    encode_batch,
+    require_fit,
+    require_text,
+    sigmoid,
+    softmax,
+    to_sequence,
+    truncating_tokenizer,
+)
 
 DIRECTIONS = ("right", "left")
 
@@ -84,12 +92,11 @@ class RerankHandler:
             encodings = encode_batch(tokenizer, pairs, "query and document")
         else:
             encodings = encode_batch(ctx.tokenizer, pairs, "query and document")
-            for index, encoding in enumerate(encodings):
-                if len(encoding.ids) > ctx.max_length:
-                    raise InputError(
-                        f"document {index} with the query is {len(encoding.ids)} tokens; the model takes at most "
-                        f"{ctx.max_length} (truncate: true cuts the document)"
-                    )
+            require_fit(
+                encodings, ctx.max_length,
+                lambda index, tokens: f"document {index} with the query is {tokens} tokens; the model takes at most "
+                f"{ctx.max_length} (truncate: true cuts the document)",
+            )  # fmt: skip
         return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
 
     def postprocess(

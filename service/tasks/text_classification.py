@@ -20,6 +20,7 @@ from contract.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import (
     encode_batch,
+    require_fit,
     require_text,
     require_top_k,
     sigmoid,
@@ -98,12 +99,12 @@ class TextClassificationHandler:
             encodings = encode_batch(truncating_tokenizer(ctx.tokenizer, ctx.max_length), texts, "text")
         else:
             encodings = encode_batch(ctx.tokenizer, texts, "text")
-            for index, encoding in enumerate(encodings):
-                if len(encoding.ids) > ctx.max_length:
-                    raise InputError(
-                        f"input {index} is {len(encoding.ids)} tokens long; the model takes at most {ctx.max_length}: "
-                        'send "truncation": true to cut it, or "long_text": "chunk" to classify it in windows'
-                    )
+            require_fit(
+                encodings, ctx.max_length,
+                lambda index, tokens: f"input {index} is {tokens} tokens long; the model takes at most "
+                f'{ctx.max_length}: send "truncation": true to cut it, or "long_text": "chunk" to classify it in '
+                "windows",
+            )  # fmt: skip
         return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
 
     def postprocess(

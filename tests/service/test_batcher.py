@@ -42,6 +42,20 @@ def make(policy: BatchPolicy | None = None, runner: EchoRunner | None = None, st
     return harness
 
 
+def queue_then_serve(harness: Harness, lengths: list[int], token: int = 1) -> None:
+    """Queue one request of one row per length (oldest first), then start the worker and wait for every answer."""
+
+    async def main() -> None:
+        pending = [harness.batcher.submit([seq([token] * n)]) for n in lengths]
+        harness.worker.start()
+        await asyncio.gather(*(request.future for request in pending))
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+
+
 async def wait_until(condition, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
     deadline = asyncio.get_running_loop().time() + timeout
     while not condition():
@@ -81,16 +95,7 @@ def test_batches_respect_the_token_budget_and_size_unless_one_row_exceeds_it() -
     harness = make(policy, start=False)
     rng = random.Random(1)
     lengths = [rng.randint(1, 30) for _ in range(120)] + [55, 70]
-
-    async def main() -> None:
-        pending = [harness.batcher.submit([seq([1] * n)]) for n in lengths]
-        harness.worker.start()
-        await asyncio.gather(*(request.future for request in pending))
-
-    try:
-        asyncio.run(main())
-    finally:
-        harness.stop()
+    queue_then_serve(harness, lengths)
     batches = harness.runner.batches
     assert sum(batch.input_ids.shape[0] for batch in batches) == len(lengths)
     for batch in batches:
@@ -104,16 +109,7 @@ def test_rows_are_grouped_by_length_and_sorted_within_a_batch() -> None:
     policy = limits(max_batch_tokens=10_000, max_batch_size=4, max_wait_s=0.0)
     harness = make(policy, start=False)
     lengths = [3, 40, 4, 41, 5, 42, 6, 43]  # interleaved short and long rows, oldest first
-
-    async def main() -> None:
-        pending = [harness.batcher.submit([seq([7] * n)]) for n in lengths]
-        harness.worker.start()
-        await asyncio.gather(*(request.future for request in pending))
-
-    try:
-        asyncio.run(main())
-    finally:
-        harness.stop()
+    queue_then_serve(harness, lengths, token=7)
     seen = [list(batch.lengths) for batch in harness.runner.batches]
     assert seen == [[3, 4, 5, 6], [40, 41, 42, 43]]
 

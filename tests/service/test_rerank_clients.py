@@ -1,0 +1,92 @@
+"""Rerank through Cohere's own clients: ``cohere.Client.rerank`` (v1, ``/v1/rerank``) and ``cohere.ClientV2.rerank``
+(``/v2/rerank``) against a real server, both ordering the documents as TEI's ``/rerank`` does with its scores; the
+Open Inference Protocol's ``/v2`` routes answer beside them. And CORS: an allowed origin's preflight and call are
+answered with its header, another origin's are not."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from service.settings import Settings
+from tests.service.apptools import free_port, ready_app_client, real_server
+from tests.service.tiny_models import TinyModel
+
+cohere = pytest.importorskip("cohere")
+
+QUERY = "where does john smith live?"
+DOCUMENTS = [
+    "the movie was wonderful, the actors were brilliant.",
+    "john smith lives in paris and works for the united nations.",
+    "paris",
+    "the team won the game in extra time",
+]
+
+
+@pytest.fixture(scope="module")
+def server_url(tiny_models: dict[str, TinyModel]) -> Iterator[str]:
+    settings = Settings(  # type: ignore[call-arg]
+        models=[f"rerank={tiny_models['rerank'].bundle}"], port=free_port(), intra_op_threads=1, tune=False
+    )
+    with real_server(settings) as url:
+        yield url
+
+
+def tei_ranking(url: str) -> list[tuple[int, float]]:
+    response = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": DOCUMENTS}, timeout=30)
+    assert response.status_code == 200, response.text
+    return [(item["index"], item["score"]) for item in response.json()]
+
+
+def test_cohere_v2_client(server_url: str) -> None:
+    client = cohere.ClientV2(base_url=server_url, api_key="unused")
+    answer = client.rerank(model="rerank", query=QUERY, documents=DOCUMENTS, top_n=3)
+    assert answer.id
+    assert [(item.index, item.relevance_score) for item in answer.results] == tei_ranking(server_url)[:3]
+    with pytest.raises(cohere.core.api_error.ApiError) as caught:
+        client.rerank(model="nope", query=QUERY, documents=DOCUMENTS)
+    assert caught.value.status_code == 404
+    assert httpx.get(f"{server_url}/v2/health/live").json() == {"live": True}
+
+
+def test_cohere_v1_client(server_url: str) -> None:
+    client = cohere.Client(base_url=server_url, api_key="unused")
+    answer = client.rerank(model="rerank", query=QUERY, documents=DOCUMENTS, return_documents=True)
+    assert [(item.index, item.relevance_score) for item in answer.results] == tei_ranking(server_url)
+    assert [item.document.text for item in answer.results] == [DOCUMENTS[item.index] for item in answer.results]
+
+
+def test_cors_answers_allowed_origins_only(tiny_models: dict[str, TinyModel]) -> None:
+    settings = Settings(  # type: ignore[call-arg]
+        models=[f"sst={tiny_models['text-classification'].bundle}"],
+        cors_allow_origins=["https://app.example"],
+        api_keys=["secret"],
+        tune=False,
+    )
+    preflight = {
+        "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type",
+    }  # fmt: skip
+    with ready_app_client(settings) as client:
+        allowed = client.options("/v1/text-classification", headers={"Origin": "https://app.example", **preflight})
+        refused = client.options("/v1/text-classification", headers={"Origin": "https://evil.example", **preflight})
+        body = {"inputs": "a fine film"}
+        call = client.post("/v1/text-classification", json=body, headers={"Origin": "https://app.example"})
+        keyed = client.post(
+            "/v1/text-classification",
+            json=body,
+            headers={"Origin": "https://app.example", "Authorization": "Bearer secret"},
+        )
+        other = client.post(
+            "/v1/text-classification",
+            json=body,
+            headers={"Origin": "https://evil.example", "Authorization": "Bearer secret"},
+        )
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == "https://app.example"
+    assert "authorization" in allowed.headers["access-control-allow-headers"].lower()
+    assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
+    assert call.status_code == 401  # the key still applies to the call itself
+    assert keyed.status_code == 200 and keyed.headers["access-control-allow-origin"] == "https://app.example"
+    assert "access-control-allow-origin" not in other.headers
