@@ -38,6 +38,7 @@ from service.middleware import (
 from service.oip import HEADER_LENGTH
 from service.registry import ModelRegistry, load_engines
 from service.request_errors import validation_error
+from service.runtime import release_free_memory
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,17 @@ def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     return _error_response(ServiceError(f"internal error: {type(exc).__name__}"), request)
 
 
+# glibc keeps the heap a burst freed (thousands of connections, megabyte bodies): without handing it back now and
+# then, RSS stays at the burst's high-water mark (benchmarks/results/hostile.md).
+TRIM_EVERY_S = 15.0
+
+
+async def _trim_free_memory() -> None:
+    while True:
+        await asyncio.sleep(TRIM_EVERY_S)
+        await asyncio.to_thread(release_free_memory)
+
+
 def create_app(
     settings: Settings | None = None,
     engines: Mapping[str, Engine] | None = None,
@@ -117,9 +129,11 @@ def create_app(
         app.state.registry = registry
         starting = asyncio.create_task(registry.start_all())
         starting.add_done_callback(_log_start_failure)
+        trimming = asyncio.create_task(_trim_free_memory())
         try:
             yield
         finally:
+            trimming.cancel()
             registry.shutting_down = True
             if not starting.done():
                 starting.cancel()
