@@ -125,7 +125,7 @@ def create_app(
             metrics.watch_queue(name, engine.task, functools.partial(getattr, engine.batcher, "queue_depth"))
             metrics.watch_engine(engine)
             metrics.record_batching(name, engine.task, engine.batching)
-        registry = ModelRegistry(loaded, skipped)
+        registry = ModelRegistry(loaded, skipped, settings.default_model)
         app.state.registry = registry
         starting = asyncio.create_task(registry.start_all())
         starting.add_done_callback(_log_start_failure)

@@ -39,9 +39,16 @@ def load_engines(
 
 
 class ModelRegistry:
-    def __init__(self, engines: Mapping[str, Engine], broken: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, engines: Mapping[str, Engine], broken: Mapping[str, str] | None = None, default: str | None = None
+    ) -> None:
+        """``default``: the model a request that names none goes to, when several are served and it serves the
+        request's task (``--default-model``)."""
         self.engines = dict(engines)
         self.broken = dict(broken or {})  # bundles skipped at start-up (skip_broken): name -> reason
+        if default is not None and default not in self.engines:
+            raise ValueError(f"default model {default!r} is not loaded (loaded: {', '.join(sorted(self.engines))})")
+        self.default = default
         self.shutting_down = False
         self.started = False
 
@@ -50,8 +57,12 @@ class ModelRegistry:
         return self.started and not self.shutting_down and all(engine.ready for engine in self.engines.values())
 
     def select(self, task: str | None, name: str | None) -> Engine:
-        """The engine for a request: by name (serving ``task``, or any task when None), or the only one serving
-        ``task``."""
+        """The engine for a request: by name (serving ``task``, or any task when None), else the only one serving
+        ``task`` (or any task when None), else the default model when it serves ``task``."""
+        if name is None and self.default is not None:
+            only = [engine for engine in self.engines.values() if task is None or engine.task == task]
+            if len(only) != 1 and (task is None or self.engines[self.default].task == task):
+                name = self.default
         if name is not None:
             engine = self.engines.get(name)
             if engine is None:
@@ -61,7 +72,9 @@ class ModelRegistry:
                 raise BadRequest(f"model {name!r} serves {engine.task}, not {task}")
             return engine
         if task is None:
-            raise BadRequest("name the model")
+            if len(self.engines) == 1:
+                return next(iter(self.engines.values()))
+            raise BadRequest(f"name the model ({len(self.engines)} are served: {', '.join(sorted(self.engines))})")
         serving = sorted(engine_name for engine_name, engine in self.engines.items() if engine.task == task)
         if len(serving) == 1:
             return self.engines[serving[0]]

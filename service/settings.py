@@ -163,6 +163,11 @@ class Settings(BaseSettings):
         "but health (and metrics, unless protect_metrics) needs 'Authorization: Bearer KEY'.",
     )
     protect_metrics: bool = Field(default=False, description="With api_keys set, /metrics needs a key too.")
+    default_model: str | None = Field(
+        default=None,
+        description="The model a request that names none goes to when several are served and it serves the "
+        "request's task (and POST / of the HF Inference API, TEI's /tokenize, /decode, /info).",
+    )
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Origins whose browser pages may call the API (env: comma-separated; '*' for any). Off by "

@@ -7,9 +7,9 @@ the answer is the pipeline's for that input: one text's labels, entities or fill
 question's answer as an object (a list with ``top_k`` > 1), a zero-shot ``{"sequence", "labels", "scores"}``; a list
 of inputs answers a list of those. Feature extraction takes its options at the top level, as TEI and the client
 send them, and answers one vector per text; ``{"inputs": {"source_sentence", "sentences"}}`` on an embeddings
-model is sentence similarity: the cosine of the source with each sentence. ``POST /`` answers the same way when
-exactly one model is served (as TEI and Inference Endpoints serve one). ``options`` (``wait_for_model``,
-``use_cache``) are accepted and have nothing to change here.
+model is sentence similarity: the cosine of the source with each sentence. ``POST /`` answers the same way with
+the one model served (as TEI and Inference Endpoints serve one), or the ``--default-model``. ``options``
+(``wait_for_model``, ``use_cache``) are accepted and have nothing to change here.
 """
 
 from __future__ import annotations
@@ -82,12 +82,10 @@ class HfCall:
 
 def select_engine(incoming: Incoming, registry: ModelRegistry) -> Engine:
     name = incoming.path_params.get("name")
-    if name is not None:
-        return registry.select(None, name)
-    if len(registry.engines) != 1:
+    if name is None and registry.default is None and len(registry.engines) != 1:
         known = ", ".join(sorted(registry.engines)) or "none"
         raise BadRequest(f"{len(registry.engines)} models are served ({known}): post to /models/NAME")
-    return next(iter(registry.engines.values()))
+    return registry.select(None, name)
 
 
 def task_fields(body: dict[str, Any], task: str) -> tuple[dict[str, Any], bool]:

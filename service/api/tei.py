@@ -49,11 +49,11 @@ def predict_answer(decoded: Decoded, result: InferenceResult) -> Reply:
 
 
 def the_model(registry: ModelRegistry, name: str | None) -> Engine:
-    """The named model, or the only one served (TEI serves one and its clients name none)."""
-    if name is not None or len(registry.engines) == 1:
-        return registry.select(None, name or next(iter(registry.engines)))
-    known = ", ".join(sorted(registry.engines)) or "none"
-    raise BadRequest(f"{len(registry.engines)} models are served ({known}): name one with model")
+    """The named model, else the only one served or the default model (TEI serves one; its clients name none)."""
+    if name is None and registry.default is None and len(registry.engines) != 1:
+        known = ", ".join(sorted(registry.engines)) or "none"
+        raise BadRequest(f"{len(registry.engines)} models are served ({known}): name one with model")
+    return registry.select(None, name)
 
 
 @router.post("/tokenize", response_model=TeiTokenizeResponse, responses=BODY_ERRORS)

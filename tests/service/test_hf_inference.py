@@ -149,3 +149,19 @@ def test_root_answers_when_one_model_is_served(tiny_models: dict[str, TinyModel]
     assert root.status_code == named.status_code == 200
     assert root.json() == named.json() == v1_answer
     assert client.app.openapi()["paths"]["/models/{name}"]["post"]["tags"] == ["hf-inference"]  # type: ignore[attr-defined]
+
+
+def test_the_default_model_answers_requests_that_name_none(tiny_models: dict[str, TinyModel]) -> None:
+    bundle = tiny_models["text-classification"].bundle
+    models = [f"first={bundle}", f"second={bundle}", f"qa={tiny_models['question-answering'].bundle}"]
+    settings = Settings(models=models, default_model="second", tune=False)  # type: ignore[call-arg]
+    with ready_app_client(settings) as client:
+        root = client.post("/", json={"inputs": TEXT})
+        v1 = client.post("/v1/text-classification", json={"inputs": TEXT})
+        qa = client.post("/v1/question-answering", json={"inputs": QUESTION})  # the only QA model, not the default
+        info = client.get("/info")
+    assert root.status_code == v1.status_code == qa.status_code == info.status_code == 200
+    assert v1.json()["model"] == "second" and qa.json()["model"] == "qa" and info.json()["model_id"] == "second"
+    wrong = Settings(models=models, default_model="nope", tune=False)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="default model 'nope' is not loaded"), ready_app_client(wrong):
+        pass
