@@ -60,6 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --eval-data: the most the metric may drop from fp32 to int8, in percentage points (0.5: half a "
         "point of accuracy); over it the int8 graph is not written and the bundle keeps fp32 (default: no limit)",
     )  # fmt: skip
+    parser.add_argument(
+        "--int8-fp32-ffn-layers", metavar="N", type=int, default=0,
+        help="with --quantize int8: keep the feed-forward output projections of the first N encoder layers in fp32 "
+        "(where int8 loses the most; MiniLM SQuAD: N=2 takes the loss from 1.6 to 0.4 F1, ~10 %% slower) and say so "
+        "in bundle.json (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--int8-fp32-attention", action="store_true",
+        help="with --quantize int8: keep the fused attention in fp32 (MiniLM SST-2: int8 then scores as fp32 does); "
+        "`python -m benchmarks.int8_nodes` measures which nodes a task's accuracy needs",
+    )  # fmt: skip
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return parser
 
@@ -93,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             normalize=args.normalize,
             eval_data=args.eval_data,
             max_loss=args.max_loss,
+            int8_fp32_ffn_layers=args.int8_fp32_ffn_layers,
+            int8_fp32_attention=args.int8_fp32_attention,
         )
     except ExportError as error:
         print(f"bertserve-export: error: {error}", file=sys.stderr)

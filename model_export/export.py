@@ -178,6 +178,8 @@ def export_bundle(
     normalize: bool | None = None,
     eval_data: str | Path | None = None,
     max_loss: float | None = None,
+    int8_fp32_ffn_layers: int = 0,
+    int8_fp32_attention: bool = False,
 ) -> Bundle:
     """Export a checkpoint folder into a validated bundle at out_dir; ExportError (ParityError) on any failure.
 
@@ -189,12 +191,17 @@ def export_bundle(
     ``eval_data`` (with int8): labelled JSONL rows (see ``task_eval``) that the fp32 and int8 graphs are scored on
     with the task's metric; the figures go into bundle.json's ``quantization_eval``. With ``max_loss`` (percentage
     points) an int8 graph that loses more than that is not written: the bundle keeps the fp32 graph.
+    ``int8_fp32_ffn_layers``: the first N encoder layers' feed-forward output projections stay fp32 in the int8
+    graph, and ``int8_fp32_attention`` the fused attention (each node recorded with its reason in the int8 parity
+    report, ``kept_fp32``).
     """
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     if quantize not in QUANTIZATIONS:
         raise ExportError(f"unknown quantization {quantize!r} (known: {', '.join(QUANTIZATIONS)})")
     if precision not in PRECISIONS:
         raise ExportError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
+    if (int8_fp32_ffn_layers or int8_fp32_attention) and quantize != "int8":
+        raise ExportError("int8_fp32_ffn_layers and int8_fp32_attention apply to --quantize int8 only")
     if precision == "fp16" and quantize != "none":
         raise ExportError("int8 quantization is a CPU path; it cannot be combined with precision fp16")
     if precision == "fp16" and "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -266,10 +273,13 @@ def export_bundle(
         if quantize == "int8":
             with progress.step("quantizing to int8 (dynamic, per-channel)"):
                 int8_path = work / "int8.onnx"
-                graph_rewrites.quantize_int8(model_path, int8_path)
+                keep_fp32 = graph_rewrites.kept_fp32_nodes(model_path, int8_fp32_ffn_layers, int8_fp32_attention)
+                graph_rewrites.quantize_int8(model_path, int8_path, list(keep_fp32))
                 release_memory()
                 tolerance = default_tolerance("fp32", "int8", atol, rtol)
                 parity["int8"] = check_parity(task, int8_path, batches, references, outputs, tolerance, "int8 graph")
+                if keep_fp32:
+                    parity["int8"]["kept_fp32"] = keep_fp32
                 # Sentence embeddings of natural text are held tighter than the random-token probe (cosine only).
                 parity["int8"]["texts"] = check_parity(
                     task, int8_path, texts, references[: len(texts)], outputs, TEXT_TOLERANCE_INT8,

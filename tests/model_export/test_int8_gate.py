@@ -164,3 +164,22 @@ def test_gate_options_that_do_not_fit_together_fail_before_loading(
 ) -> None:
     with pytest.raises(ExportError, match=problem):
         export_bundle(tmp_path / "no-checkpoint", tmp_path / "out", **options)
+
+
+def test_early_feed_forward_outputs_stay_fp32_when_asked(wide_classifier: Path, tmp_path: Path) -> None:
+    bundle = export_bundle(wide_classifier, tmp_path / "int8", quantize="int8", int8_fp32_ffn_layers=1)
+    kept = bundle.spec.parity["int8"]["kept_fp32"]
+    [(name, reason)] = kept.items()
+    assert name.endswith("layer.0/output/dense/MatMul") and "feed-forward" in reason
+    graph = onnx.load(str(bundle.model_path)).graph
+    fp32_matmuls = [node.name for node in graph.node if node.op_type == "MatMul"]
+    assert name in fp32_matmuls  # still a float MatMul: the quantiser left it alone
+    everything = export_bundle(wide_classifier, tmp_path / "all", quantize="int8")
+    assert "kept_fp32" not in everything.spec.parity["int8"]
+    assert name not in [node.name for node in onnx.load(str(everything.model_path)).graph.node]
+    attention = export_bundle(wide_classifier, tmp_path / "attention", quantize="int8", int8_fp32_attention=True)
+    kept_attention = attention.spec.parity["int8"]["kept_fp32"]
+    ops = op_types(attention.model_path)
+    assert ops["Attention"] == len(kept_attention) > 0 and "QAttention" not in ops
+    with pytest.raises(ExportError, match="int8 only"):
+        export_bundle(wide_classifier, tmp_path / "fp32", int8_fp32_ffn_layers=1)
