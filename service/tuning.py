@@ -244,11 +244,16 @@ class Tuner:
             done = threading.Barrier(runs + 1)
 
             def call(ready: threading.Barrier = ready, done: threading.Barrier = done) -> None:
-                runner.run(batch)  # warm-up: each thread's first call allocates
-                ready.wait()
-                for _ in range(self.cost.runs):
-                    runner.run(batch)
-                done.wait()
+                try:
+                    runner.run(batch)  # warm-up: each thread's first call allocates
+                    ready.wait()
+                    for _ in range(self.cost.runs):
+                        runner.run(batch)
+                    done.wait()
+                except BaseException:
+                    ready.abort()  # the tuner's own wait ends (BrokenBarrierError) instead of hanging start-up
+                    done.abort()
+                    raise
 
             threads = [threading.Thread(target=call, daemon=True) for _ in range(runs)]
             for thread in threads:

@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -153,3 +154,18 @@ def test_tuning_measures_every_thread_candidate_and_keeps_its_budget(row_s: floa
         assert budget > 0.5 and "the least its sweeps need" in tuner.budget_note
     else:
         assert budget == 0.5 and tuner.budget_note == "budget 0.5 s"
+
+
+class FailsOffTheMainThread(SlowRunner):
+    def run(self, batch):  # type: ignore[no-untyped-def]
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("session failed")
+        return super().run(batch)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the failing threads re-raise
+def test_a_failing_concurrent_run_ends_tuning_instead_of_hanging_it() -> None:
+    tuner = Tuner(lambda threads: FailsOffTheMainThread(0.001), 101, 102, 1000, 128, budget_s=0.5)
+    candidates = {"intra_op_threads": [1], "max_batch_tokens": [128], "max_batch_size": [1], "parallel_runs": [1, 2]}
+    with pytest.raises(threading.BrokenBarrierError):
+        tuner.tune(candidates, FailsOffTheMainThread(0.001), threads=1)
