@@ -242,25 +242,36 @@ class Tuner:
         for runs in (k for k in sorted(candidates) if k > 1):
             ready = threading.Barrier(runs + 1)
             done = threading.Barrier(runs + 1)
+            failures: list[BaseException] = []
 
-            def call(ready: threading.Barrier = ready, done: threading.Barrier = done) -> None:
+            def call(
+                ready: threading.Barrier = ready,
+                done: threading.Barrier = done,
+                failures: list[BaseException] = failures,
+            ) -> None:
                 try:
                     runner.run(batch)  # warm-up: each thread's first call allocates
                     ready.wait()
                     for _ in range(self.cost.runs):
                         runner.run(batch)
                     done.wait()
-                except BaseException:
-                    ready.abort()  # the tuner's own wait ends (BrokenBarrierError) instead of hanging start-up
+                except BaseException as exc:  # handed to the tuner's thread, which raises it: start-up fails, not hangs
+                    failures.append(exc)
+                    ready.abort()
                     done.abort()
-                    raise
 
             threads = [threading.Thread(target=call, daemon=True) for _ in range(runs)]
             for thread in threads:
                 thread.start()
-            ready.wait()
-            started = time.perf_counter()
-            done.wait()
+            try:
+                ready.wait()
+                started = time.perf_counter()
+                done.wait()
+            except threading.BrokenBarrierError:
+                for thread in threads:
+                    thread.join()
+                failed = (error for error in failures if not isinstance(error, threading.BrokenBarrierError))
+                raise next(failed, RuntimeError("a concurrent tuning run failed")) from None
             seconds = time.perf_counter() - started
             for thread in threads:
                 thread.join()
