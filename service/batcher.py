@@ -190,7 +190,7 @@ class Batcher:
         self._idle: list[tuple[int, threading.Condition]] = []
         self.workers = workers  # how many workers take batches
         # how many batches run at once (the workers' run gate): what the measured rate per batch is divided by
-        self.parallel_runs = max(1, min(workers, parallel_runs or workers))
+        self.parallel_runs = parallel_runs or workers
         self._closed = False
         self._suspended: NotReady | None = None  # set while the model has no live worker
         self._queued_tokens = 0  # tokens of the rows in _queue, live or not

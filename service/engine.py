@@ -150,7 +150,7 @@ class Engine:
         if bundle.spec.task == EMBEDDING_TASK:
             # One embeddings request may bring max_embedding_inputs texts, one row each: the queue holds one such.
             policy = dataclasses.replace(policy, max_queue=max(policy.max_queue, settings.max_embedding_inputs))
-        runs = self.batching.parallel_runs
+        runs = max(1, min(workers, self.batching.parallel_runs))  # the gate's width, for the batcher and the pool
         self.batcher = Batcher(policy, name, workers=workers, parallel_runs=runs)
         self.pool = WorkerPool(
             name, self.batcher, runner, make_runner, workers, context.pad_token_id, token_level, observer, runs

@@ -56,9 +56,10 @@ class ModelRegistry:
     def ready(self) -> bool:
         return self.started and not self.shutting_down and all(engine.ready for engine in self.engines.values())
 
-    def select(self, task: str | None, name: str | None) -> Engine:
+    def select(self, task: str | None, name: str | None, unnamed: str = "name the model") -> Engine:
         """The engine for a request: by name (serving ``task``, or any task when None), else the only one serving
-        ``task`` (or any task when None), else the default model when it serves ``task``."""
+        ``task`` (or any task when None), else the default model when it serves ``task``. ``unnamed``: what a
+        request of any task that names none is told to do when several models are served and none is the default."""
         if name is None and self.default is not None:
             only = [engine for engine in self.engines.values() if task is None or engine.task == task]
             if len(only) != 1 and (task is None or self.engines[self.default].task == task):
@@ -74,7 +75,8 @@ class ModelRegistry:
         if task is None:
             if len(self.engines) == 1:
                 return next(iter(self.engines.values()))
-            raise BadRequest(f"name the model ({len(self.engines)} are served: {', '.join(sorted(self.engines))})")
+            known = ", ".join(sorted(self.engines)) or "none"
+            raise BadRequest(f"{len(self.engines)} models are served ({known}): {unnamed}")
         serving = sorted(engine_name for engine_name, engine in self.engines.items() if engine.task == task)
         if len(serving) == 1:
             return self.engines[serving[0]]

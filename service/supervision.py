@@ -46,7 +46,7 @@ class WorkerPool:
         self.batcher = batcher
         self.runner = runner
         self.make_runner = make_runner
-        self.parallel_runs = max(1, min(count, parallel_runs or count))
+        self.parallel_runs = parallel_runs or count
         self.gate = threading.BoundedSemaphore(self.parallel_runs) if self.parallel_runs < count else None
         self._pad_token_id = pad_token_id
         self._token_level = token_level

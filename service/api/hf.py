@@ -81,11 +81,7 @@ class HfCall:
 
 
 def select_engine(incoming: Incoming, registry: ModelRegistry) -> Engine:
-    name = incoming.path_params.get("name")
-    if name is None and registry.default is None and len(registry.engines) != 1:
-        known = ", ".join(sorted(registry.engines)) or "none"
-        raise BadRequest(f"{len(registry.engines)} models are served ({known}): post to /models/NAME")
-    return registry.select(None, name)
+    return registry.select(None, incoming.path_params.get("name"), unnamed="post to /models/NAME")
 
 
 def task_fields(body: dict[str, Any], task: str) -> tuple[dict[str, Any], bool]:

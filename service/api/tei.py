@@ -50,10 +50,7 @@ def predict_answer(decoded: Decoded, result: InferenceResult) -> Reply:
 
 def the_model(registry: ModelRegistry, name: str | None) -> Engine:
     """The named model, else the only one served or the default model (TEI serves one; its clients name none)."""
-    if name is None and registry.default is None and len(registry.engines) != 1:
-        known = ", ".join(sorted(registry.engines)) or "none"
-        raise BadRequest(f"{len(registry.engines)} models are served ({known}): name one with model")
-    return registry.select(None, name)
+    return registry.select(None, name, unnamed="name one with model")
 
 
 @router.post("/tokenize", response_model=TeiTokenizeResponse, responses=BODY_ERRORS)
