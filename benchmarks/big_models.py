@@ -31,6 +31,7 @@ import logging
 import os
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,6 +45,7 @@ from benchmarks.datasets import DATA_DIR_ENV, REPO_ROOT, DataDirNotFound
 from benchmarks.overload_client import Tally, closed_loop, percentile, rss_bytes, wait_idle
 from benchmarks.overload_loads import FALLBACK_TEXTS, bundle_tokenizer, texts_of_tokens, wikitext_text
 from benchmarks.random_bert import SIZES, ensure_checkpoint, export
+from model_export.family_checkpoints import BASE_SIZES
 
 log = logging.getLogger("benchmarks.big_models")
 RESULTS_PREFIX = REPO_ROOT / "benchmarks" / "results" / "big_models"
@@ -184,9 +186,22 @@ def export_bundle(checkpoint: Path, bundle: Path, quantization: str, reuse: bool
     return figures
 
 
+def ensure_family_checkpoint(out: Path, family: str) -> float:
+    """A base-sized random ``family`` classifier with its family's own tokenizer, built in a child process."""
+    if (out / "config.json").is_file():
+        return 0.0
+    command = [sys.executable, "-m", "model_export.family_checkpoints", family, TASK, str(out), "--base"]
+    started = time.perf_counter()
+    subprocess.run(command, cwd=REPO_ROOT, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
 def measure_size(size: str, args: argparse.Namespace, results: dict[str, Any]) -> None:
     checkpoint = args.work_dir / f"{size}-checkpoint"
-    build_s = ensure_checkpoint(checkpoint, size, log_dir=args.work_dir / "logs")
+    if size in BASE_SIZES:
+        build_s, dims = ensure_family_checkpoint(checkpoint, size), {"family": size, **BASE_SIZES[size]}
+    else:
+        build_s, dims = ensure_checkpoint(checkpoint, size, log_dir=args.work_dir / "logs"), SIZES[size].__dict__
     for quantization in args.quantizations:
         bundle = args.work_dir / f"{size}-{quantization}"
         exported = export_bundle(checkpoint, bundle, quantization, args.reuse_bundles)
@@ -197,7 +212,7 @@ def measure_size(size: str, args: argparse.Namespace, results: dict[str, Any]) -
         served = measure_served(bundle, inputs, args)
         tokenizer = bundle_tokenizer(bundle)
         results["bundles"].append({
-            "size": size, "dims": SIZES[size].__dict__, "quantization": quantization, "bundle": str(bundle),
+            "size": size, "dims": dims, "quantization": quantization, "bundle": str(bundle),
             "checkpoint_build_s": build_s, "export": exported, "onnx_bytes": onnx_bytes(bundle),
             "tokens": {str(length): sorted({len(tokenizer.encode(text).ids) for text in texts})
                        for length, texts in inputs.items()},
@@ -216,7 +231,10 @@ def write(results: dict[str, Any], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.big_models", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=csv_of(str), default=["base", "large"], help=f"of {sorted(SIZES)}")
+    parser.add_argument(
+        "--sizes", type=csv_of(str), default=["base", "large"],
+        help=f"of {sorted(SIZES)}, or a family: {sorted(BASE_SIZES)}",
+    )
     parser.add_argument("--quantizations", type=csv_of(str), default=["fp32", "int8"])
     parser.add_argument("--lengths", type=csv_of(int), default=[128, 512], help="input tokens ([CLS], [SEP] included)")
     parser.add_argument("--duration", type=float, default=12.0, help="seconds per measured point")
@@ -232,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS_PREFIX, help="output prefix (.json and .md are added)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    unknown = [size for size in args.sizes if size not in SIZES] + [
+    unknown = [size for size in args.sizes if size not in SIZES and size not in BASE_SIZES] + [
         q for q in args.quantizations if q not in EXPORT_OPTIONS
     ]
     if unknown or max(args.lengths) > 512 or min(args.lengths) < 3:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contract.tasks import INPUT_NAMES, TASK_NAMES, TASKS
+from contract.tasks import GRAPH_INPUTS, INPUT_NAMES, TASK_NAMES, TASKS
 
 SCHEMA_VERSION = 1
 BUNDLE_FILE = "bundle.json"
@@ -73,6 +73,10 @@ class BundleSpec:
     # feature-extraction only: the pooling inside the graph, and whether the graph L2-normalises sentence_embedding.
     pooling: str | None = None
     normalize: bool = False
+    # feature-extraction only: sentence-transformers' named prompts (config_sentence_transformers.json) and the one
+    # it prepends when none is named.
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -112,8 +116,9 @@ class BundleSpec:
         expected = list(task.outputs)
         if list(self.outputs) != expected:
             raise BundleError(path, f"task {self.task} needs outputs {expected}, bundle declares {self.outputs}")
-        if list(self.inputs) != list(INPUT_NAMES):
-            raise BundleError(path, f"inputs must be {list(INPUT_NAMES)}, bundle declares {self.inputs}")
+        if tuple(self.inputs) not in GRAPH_INPUTS:
+            allowed = " or ".join(str(list(inputs)) for inputs in GRAPH_INPUTS)
+            raise BundleError(path, f"inputs must be {allowed}, bundle declares {self.inputs}")
         if self.quantization not in QUANTIZATIONS:
             raise BundleError(path, f"unknown quantization {self.quantization!r}")
         if self.precision not in PRECISIONS:
@@ -129,6 +134,10 @@ class BundleSpec:
             raise BundleError(path, f"task feature-extraction needs pooling in {list(POOLINGS)}, got {self.pooling!r}")
         if self.task != "feature-extraction" and (self.pooling is not None or self.normalize):
             raise BundleError(path, f"pooling and normalize apply to feature-extraction only, not {self.task}")
+        if self.task != "feature-extraction" and (self.prompts or self.default_prompt_name is not None):
+            raise BundleError(path, f"prompts apply to feature-extraction only, not {self.task}")
+        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
+            raise BundleError(path, f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts")
 
 
 @dataclass(frozen=True)

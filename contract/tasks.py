@@ -14,6 +14,8 @@ from types import MappingProxyType
 from typing import Any
 
 INPUT_NAMES: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
+# A graph takes all three, or the first two when its family has one segment (RoBERTa, DistilBERT, ModernBERT...).
+GRAPH_INPUTS: tuple[tuple[str, ...], ...] = (INPUT_NAMES, INPUT_NAMES[:2])
 INPUT_AXES: dict[int, str] = {0: "batch", 1: "sequence"}
 
 
@@ -38,9 +40,9 @@ class TaskSpec:
         """Why a head with ``id2label`` cannot serve this task (None: it can). Export and the bundle reader ask."""
         return None if self.labels_rule is None else self.labels_rule(id2label)
 
-    def dynamic_axes(self) -> dict[str, dict[int, str]]:
+    def dynamic_axes(self, inputs: tuple[str, ...] = INPUT_NAMES) -> dict[str, dict[int, str]]:
         """torch.onnx.export's dynamic_axes: batch and sequence on the inputs and per-token outputs."""
-        axes = {name: dict(INPUT_AXES) for name in INPUT_NAMES}
+        axes = {name: dict(INPUT_AXES) for name in inputs}
         for name in self.outputs:
             axes[name] = dict(INPUT_AXES) if self.is_token_level(name) else {0: "batch"}
         return axes

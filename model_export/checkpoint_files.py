@@ -15,7 +15,6 @@ from tokenizers import Tokenizer, normalizers
 from contract.bundle import POOLINGS, SpecialTokens
 from contract.files import read_json, token_text, tokenizer_settings
 from model_export.validate import ExportError
-from training.model import BertConfig
 from training.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -43,7 +42,7 @@ def prepare_tokenizer(folder: Path, task: str, vocab_size: int) -> tuple[Tokeniz
             tokenizer.normalizer = normalizers.BertNormalizer(clean_text=normalizer.clean_text, **wanted)
         do_lower_case = bool(wanted["lowercase"])
     else:
-        do_lower_case = bool(settings.get("do_lower_case", True))
+        do_lower_case = bool(settings.get("do_lower_case", False))
     defaults = SpecialTokens()
     special = SpecialTokens(
         **{role: token_text(settings.get(role), getattr(defaults, role)) for role in defaults.__dataclass_fields__}
@@ -60,16 +59,17 @@ def prepare_tokenizer(folder: Path, task: str, vocab_size: int) -> tuple[Tokeniz
     return tokenizer, special, do_lower_case, settings
 
 
-def resolve_max_length(requested: int | None, tokenizer_settings: dict, config: BertConfig) -> int:
-    limit = config.max_position_embeddings
+def resolve_max_length(requested: int | None, tokenizer_settings: dict, limit: int) -> int:
+    """The bundle's max_length: as asked, else the tokenizer's model_max_length, else ``limit`` (the checkpoint's
+    position embeddings, at most 512)."""
     if requested is not None:
         if not 2 <= requested <= limit:
-            raise ExportError(f"--max-length {requested} is outside 2..{limit} (max_position_embeddings)")
+            raise ExportError(f"--max-length {requested} is outside 2..{limit} (the position embeddings)")
         return requested
     from_tokenizer = tokenizer_settings.get("model_max_length")
     if isinstance(from_tokenizer, int) and 2 <= from_tokenizer <= limit:
         return from_tokenizer
-    return min(limit, 512)
+    return limit
 
 
 def weights_sha256(folder: Path) -> str:
@@ -145,6 +145,16 @@ def sentence_pooling(folder: Path, pooling: str = "auto", normalize: bool | None
         max_seq_length=max_seq_length if isinstance(max_seq_length, int) and max_seq_length >= 2 else None,
         source=source,
     )
+
+
+def sentence_prompts(folder: Path) -> tuple[dict[str, str], str | None]:
+    """config_sentence_transformers.json's named prompts and default_prompt_name ({} and None when absent)."""
+    settings = read_json(folder / "config_sentence_transformers.json", optional=True, error=ExportError)
+    prompts = settings.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise ExportError(f"{folder}: config_sentence_transformers.json's prompts must map names to texts")
+    default = settings.get("default_prompt_name")
+    return {str(k): v for k, v in prompts.items()}, default if default in prompts else None
 
 
 def _read_modules(path: Path) -> list[dict[str, Any]]:

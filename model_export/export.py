@@ -49,7 +49,7 @@ from contract.bundle import (
     read_bundle,
     write_spec,
 )
-from contract.tasks import TASK_NAMES, TASKS, task_for_architecture
+from contract.tasks import TASKS
 from model_export import optimize as graph_rewrites
 from model_export import validate
 from model_export.checkpoint_files import (
@@ -57,8 +57,10 @@ from model_export.checkpoint_files import (
     prepare_tokenizer,
     resolve_max_length,
     sentence_pooling,
+    sentence_prompts,
     weights_sha256,
 )
+from model_export.families import Family, load_for_export, read_facts, resolve_task
 from model_export.int8_checks import (
     SPEED_BATCH,
     TEXT_TOLERANCE_INT8,
@@ -85,32 +87,10 @@ from model_export.validate import (
     probe_batches,
     text_batches,
 )
-from training.checkpoint import CheckpointError, load_config, load_model
-from training.model import BertConfig
 
-__all__ = ["ExportError", "OnnxAdapter", "ParityError", "detect_task", "export_bundle", "export_onnx"]
+__all__ = ["ExportError", "OnnxAdapter", "ParityError", "export_bundle", "export_onnx"]
 
 logger = logging.getLogger(__name__)
-
-
-def checkpoint_architecture(config: BertConfig) -> str:
-    return config.architectures[0] if config.architectures else "BertModel"
-
-
-def detect_task(architecture: str) -> str:
-    task = task_for_architecture(architecture)
-    if task is None:
-        raise ExportError(f"cannot infer a task from architecture {architecture!r}; pass --task")
-    return task
-
-
-def resolve_task(requested: str, architecture: str) -> str:
-    task = detect_task(architecture) if requested == "auto" else requested
-    if task not in TASKS:
-        raise ExportError(f"unknown task {task!r} (known: auto, {', '.join(TASK_NAMES)})")
-    if architecture not in TASKS[task].sources:
-        raise ExportError(f"a {architecture} checkpoint has no trained weights for task {task}")
-    return task
 
 
 def _embedding_settings(
@@ -163,6 +143,18 @@ def _install_graph(model_path: Path, target: Path) -> None:
     save_single_file(onnx.load(str(model_path), load_external_data=False), target, base_dir=model_path.parent)
 
 
+def _fuse(source: Path, target: Path, shape: tuple[int, int, int], family: Family) -> dict[str, int]:
+    """Fused operator counts ({} when the graph stays unfused). Our BERT must fuse attention in every layer (its
+    attention is written for the optimizer); another family keeps its unfused graph when attention does not fuse."""
+    try:
+        return graph_rewrites.optimize_bert(source, target, *shape)
+    except graph_rewrites.AttentionNotFused as error:
+        if family.code == "ours":
+            raise
+        logger.info("%s: %s; the bundle keeps the unfused graph", family.name, error)
+        return {}
+
+
 def export_bundle(
     checkpoint_dir: str | Path,
     out_dir: str | Path,
@@ -213,34 +205,32 @@ def export_bundle(
     )
 
     with progress.step(f"loading {checkpoint_dir}"):
-        try:
-            config = load_config(checkpoint_dir)
-            architecture = checkpoint_architecture(config)
-            task = resolve_task(task, architecture)
-            labels_problem = TASKS[task].labels_problem(config.id2label or {})
-            if labels_problem is not None:
-                raise ExportError(f"{checkpoint_dir}: {labels_problem}")
-            model: nn.Module = load_model(checkpoint_dir, TASKS[task].architecture)
-        except CheckpointError as error:
-            raise ExportError(str(error)) from error
+        facts = read_facts(checkpoint_dir)
+        architecture = facts.architecture
+        task = resolve_task(task, facts)
+        labels_problem = TASKS[task].labels_problem(facts.id2label)
+        if labels_problem is not None:
+            raise ExportError(f"{checkpoint_dir}: {labels_problem}")
+        model: nn.Module = load_for_export(checkpoint_dir, facts, task)
         embedding = _embedding_settings(checkpoint_dir, task, pooling, normalize)
+        prompts, default_prompt_name = sentence_prompts(checkpoint_dir) if embedding is not None else ({}, None)
         if embedding is not None:
             model = SentenceEmbedder(model, embedding.pooling, embedding.normalize)
             if max_length is None and embedding.max_seq_length is not None:
-                max_length = min(embedding.max_seq_length, config.max_position_embeddings)
-        tokenizer, special, do_lower_case, settings = prepare_tokenizer(checkpoint_dir, task, config.vocab_size)
-        max_length = resolve_max_length(max_length, settings, config)
-        eval_rows = None if eval_data is None else read_eval_rows(eval_data, task, dict(config.id2label or {}))
-        adapter = OnnxAdapter(model, TASKS[task].outputs).eval()
+                max_length = min(embedding.max_seq_length, facts.max_positions)
+        tokenizer, special, do_lower_case, settings = prepare_tokenizer(checkpoint_dir, task, facts.vocab_size)
+        max_length = resolve_max_length(max_length, settings, facts.max_positions)
+        eval_rows = None if eval_data is None else read_eval_rows(eval_data, task, facts.id2label)
+        adapter = OnnxAdapter(model, TASKS[task].outputs, facts.inputs).eval()
         del model  # the adapter holds the only reference, dropped once the graph is exported
         weights_bytes = fp32_weights_bytes(adapter)
         special_ids = SpecialIds(
             *(tokenizer.token_to_id(t) for t in (special.cls_token, special.sep_token, special.pad_token))
         )
-        texts = text_batches(tokenizer, max_length, special_ids.pad, config.type_vocab_size)
-        batches = texts + probe_batches(config.vocab_size, special_ids, max_length, config.type_vocab_size)
+        texts = text_batches(tokenizer, max_length, special_ids.pad, facts.type_vocab_size)
+        batches = texts + probe_batches(facts.vocab_size, special_ids, max_length, facts.type_vocab_size)
         references = torch_references(adapter, batches)
-    shape = (config.num_attention_heads, config.hidden_size, config.num_hidden_layers)
+    shape = (facts.num_heads, facts.hidden_size, facts.num_layers)
     outputs = TASKS[task].outputs
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -264,12 +254,13 @@ def export_bundle(
         if optimize and precision == "fp32":
             with progress.step("fusing operators (onnxruntime BERT optimizer)"):
                 fused_path = work / "fused.onnx"
-                fused = graph_rewrites.optimize_bert(model_path, fused_path, *shape)
+                fused = _fuse(model_path, fused_path, shape, facts.family)
                 release_memory()
-                model_path = fused_path
-                parity["fp32"] = check_parity(
-                    task, model_path, batches, references, outputs, fp32_tolerance, "fused graph"
-                )
+                if fused:
+                    model_path = fused_path
+                    parity["fp32"] = check_parity(
+                        task, model_path, batches, references, outputs, fp32_tolerance, "fused graph"
+                    )
         if quantize == "int8":
             with progress.step("quantizing to int8 (dynamic, per-channel)"):
                 int8_path = work / "int8.onnx"
@@ -286,14 +277,14 @@ def export_bundle(
                     "int8 graph on the probe texts",
                 )  # fmt: skip
                 speed_batch = probe_batches(
-                    config.vocab_size, special_ids, max_length, config.type_vocab_size, [SPEED_BATCH], seed=1
+                    facts.vocab_size, special_ids, max_length, facts.type_vocab_size, [SPEED_BATCH], seed=1
                 )[0]
                 parity["int8"].update(compare_with_fp32(task, model_path, int8_path, batches, speed_batch))
             if eval_rows is not None:
                 with progress.step(f"scoring fp32 and int8 on {len(eval_rows)} eval rows ({metric_name(task)})"):
                     eval_model = EvalModel(
-                        task, tokenizer, max_length, dict(config.id2label or {}), special_ids.cls, special_ids.pad,
-                        special.mask_token, config.type_vocab_size > 1,
+                        task, tokenizer, max_length, facts.id2label, special_ids.cls, special_ids.pad,
+                        special.mask_token, facts.type_vocab_size > 1,
                     )  # fmt: skip
                     quantization_eval = measure_int8_loss(eval_model, model_path, int8_path, eval_rows, max_loss)
                     quantization_eval["data_sha256"] = file_sha256(Path(eval_data))  # type: ignore[arg-type]
@@ -322,13 +313,16 @@ def export_bundle(
                 task=task,
                 architecture=architecture,
                 max_length=max_length,
-                id2label=dict(config.id2label or {}) if TASKS[task].needs_labels else {},
-                problem_type=config.problem_type if task == "text-classification" else None,
+                id2label=facts.id2label if TASKS[task].needs_labels else {},
+                problem_type=facts.problem_type if task == "text-classification" else None,
                 pooling=embedding.pooling if embedding is not None else None,
                 normalize=embedding.normalize if embedding is not None else False,
+                prompts=prompts,
+                default_prompt_name=default_prompt_name,
                 do_lower_case=do_lower_case,
                 clean_up_tokenization_spaces=bool(settings.get("clean_up_tokenization_spaces", True)),
                 special_tokens=special,
+                inputs=list(facts.inputs),
                 outputs=list(outputs),
                 precision=precision,
                 quantization=quantize,

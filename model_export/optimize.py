@@ -35,11 +35,11 @@ DISABLED_OPTIMIZERS = ["ConstantSharing"]  # as optimize_model disables it
 
 
 def _statistics(optimized: Any, num_layers: int) -> dict[str, int]:
-    """The non-zero fusion counts; ExportError unless Attention fused in every layer."""
+    """The non-zero fusion counts; ExportError (AttentionNotFused) unless Attention fused in every layer."""
     statistics = {name: int(count) for name, count in optimized.get_fused_operator_statistics().items() if count}
     fused_attention = sum(statistics.get(op, 0) for op in ATTENTION_OPS)
     if fused_attention != num_layers:
-        raise ExportError(f"the optimizer fused Attention in {fused_attention} of {num_layers} layers")
+        raise AttentionNotFused(f"the optimizer fused Attention in {fused_attention} of {num_layers} layers")
     logger.info("fused operators: %s", ", ".join(f"{name} {count}" for name, count in sorted(statistics.items())))
     return statistics
 
@@ -68,6 +68,10 @@ def optimize_bert(source: Path, target: Path, num_heads: int, hidden_size: int, 
         statistics = _statistics(optimized, num_layers)
         save_with_external_data(optimized.model, target, base_dir=scratch)
     return statistics
+
+
+class AttentionNotFused(ExportError):
+    """onnxruntime's optimizer did not fuse attention in every layer of the graph."""
 
 
 def _set_aside(model: onnx.ModelProto, keep_for: frozenset[str]) -> list[tuple[int, onnx.TensorProto]]:

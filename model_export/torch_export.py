@@ -51,10 +51,9 @@ class SentenceEmbedder(nn.Module):
         self.pooling = pooling
         self.normalize = normalize
 
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-    ) -> dict[str, torch.Tensor]:
-        encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+    def forward(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        encoded = self.encoder(**inputs)
+        attention_mask = inputs["attention_mask"]
         hidden = encoded["last_hidden_state"]  # (B, T, H)
         if self.pooling == "cls":
             pooled = hidden[:, 0]
@@ -67,17 +66,17 @@ class SentenceEmbedder(nn.Module):
 
 
 class OnnxAdapter(nn.Module):
-    """Positional (input_ids, attention_mask, token_type_ids) -> the task's outputs as a tuple, for tracing."""
+    """Positional graph inputs (``input_names``: input_ids, attention_mask[, token_type_ids]) -> the task's outputs
+    as a tuple, for tracing."""
 
-    def __init__(self, model: nn.Module, output_names: Sequence[str]):
+    def __init__(self, model: nn.Module, output_names: Sequence[str], input_names: Sequence[str] = INPUT_NAMES):
         super().__init__()
         self.model = model
         self.output_names = tuple(output_names)
+        self.input_names = tuple(input_names)
 
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-    ) -> tuple[torch.Tensor, ...]:
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outputs = self.model(**dict(zip(self.input_names, inputs, strict=True)))
         return tuple(outputs[name] for name in self.output_names)
 
 
@@ -143,13 +142,14 @@ def export_onnx(adapter: OnnxAdapter, path: Path, task: str, opset: int) -> None
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)
+        dummies = {"input_ids": dummy_ids, "attention_mask": dummy_mask, "token_type_ids": torch.zeros_like(dummy_ids)}
         torch.onnx.export(
             adapter,
-            (dummy_ids, dummy_mask, torch.zeros_like(dummy_ids)),
+            tuple(dummies[name] for name in adapter.input_names),
             str(path),
-            input_names=list(INPUT_NAMES),
+            input_names=list(adapter.input_names),
             output_names=list(adapter.output_names),
-            dynamic_axes=TASKS[task].dynamic_axes(),
+            dynamic_axes=TASKS[task].dynamic_axes(adapter.input_names),
             opset_version=opset,
             do_constant_folding=True,
             dynamo=False,
@@ -177,7 +177,7 @@ def torch_references(adapter: OnnxAdapter, batches: Sequence[InputFeeds]) -> lis
     references = []
     with torch.inference_mode():
         for batch in batches:
-            values = adapter(*(torch.from_numpy(batch[name]) for name in INPUT_NAMES))
+            values = adapter(*(torch.from_numpy(batch[name]) for name in adapter.input_names))
             references.append(
                 {name: value.float().numpy() for name, value in zip(adapter.output_names, values, strict=True)}
             )

@@ -20,7 +20,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from contract.onnx_io import InputFeeds, ort_session, pad_rows, run_session
-from contract.tasks import INPUT_NAMES, task_spec
+from contract.tasks import GRAPH_INPUTS, task_spec
 
 Outputs = dict[str, np.ndarray]
 
@@ -170,11 +170,11 @@ def session_for(model_path: Path | str, precision: str = "fp32") -> ort.Inferenc
 
 
 def check_signature(session: ort.InferenceSession, expected_outputs: Sequence[str]) -> None:
-    """The graph must take exactly INPUT_NAMES as int64 with dynamic axes and give expected_outputs in order."""
+    """The graph must take one of GRAPH_INPUTS as int64 with dynamic axes and give expected_outputs in order."""
     inputs = session.get_inputs()
     names = [node.name for node in inputs]
-    if names != list(INPUT_NAMES):
-        raise ShapeError(f"graph inputs are {names}, expected {list(INPUT_NAMES)}")
+    if tuple(names) not in GRAPH_INPUTS:
+        raise ShapeError(f"graph inputs are {names}, expected {' or '.join(str(list(i)) for i in GRAPH_INPUTS)}")
     for node in inputs:
         if node.type != "tensor(int64)":
             raise ShapeError(f"graph input {node.name} is {node.type}, expected tensor(int64)")

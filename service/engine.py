@@ -44,12 +44,31 @@ class ModelInfo:
     max_length: int
     quantization: str
     precision: str
+    architecture: str
+    mask_token: str | None
     batching: dict[str, Any] = dataclasses.field(default_factory=dict)
     quantization_eval: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def load_context(bundle: Bundle) -> ModelContext:
-    """The handler's view of a bundle: its tokenizer (no padding, no truncation) and label facts."""
+def default_prompt(bundle: Bundle, settings: Settings) -> str:
+    """The text an embedding model prepends when a request names no prompt: --default-prompt, else the prompt
+    --default-prompt-name names, else the bundle's own default_prompt_name's; "" for none (and for other tasks)."""
+    spec = bundle.spec
+    if spec.task != EMBEDDING_TASK:
+        return ""
+    if settings.default_prompt is not None:
+        return settings.default_prompt
+    name = settings.default_prompt_name or spec.default_prompt_name
+    if name is None:
+        return ""
+    if name not in spec.prompts:
+        known = ", ".join(sorted(spec.prompts)) or "none"
+        raise BundleError(bundle.path, f"default prompt name {name!r} is not one of the model's prompts ({known})")
+    return spec.prompts[name]
+
+
+def load_context(bundle: Bundle, settings: Settings | None = None) -> ModelContext:
+    """The handler's view of a bundle: its tokenizer (no padding, no truncation), label facts and prompts."""
     spec = bundle.spec
     try:
         tokenizer = Tokenizer.from_file(str(bundle.tokenizer_path))
@@ -75,8 +94,11 @@ def load_context(bundle: Bundle) -> ModelContext:
         cls_token_id=token_id(special.cls_token),
         sep_token_id=token_id(special.sep_token),
         pad_token_id=token_id(special.pad_token),
+        unk_token_id=tokenizer.token_to_id(special.unk_token),
         clean_up_tokenization_spaces=spec.clean_up_tokenization_spaces,
         embedding_normalized=spec.normalize,
+        prompts=dict(spec.prompts),
+        default_prompt=default_prompt(bundle, settings or Settings()),
     )
 
 
@@ -184,7 +206,7 @@ class Engine:
             if bundle.spec.task not in HANDLERS:
                 raise BundleError(bundle.path, f"the service does not serve task {bundle.spec.task!r}")
             handler = HANDLERS[bundle.spec.task]
-        context = load_context(bundle)
+        context = load_context(bundle, settings)
         outputs = task_spec(bundle.spec.task).outputs
         spin = settings.intra_op_spinning
 
@@ -231,6 +253,8 @@ class Engine:
             max_length=spec.max_length,
             quantization=spec.quantization,
             precision=spec.precision,
+            architecture=spec.architecture,
+            mask_token=spec.special_tokens.mask_token if spec.task == "fill-mask" else None,
             batching={
                 **self.batching.to_json(),
                 "workers": len(self.workers),

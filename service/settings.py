@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
@@ -168,6 +168,16 @@ class Settings(BaseSettings):
         description="The model a request that names none goes to when several are served and it serves the "
         "request's task (and POST / of the HF Inference API, TEI's /tokenize, /decode, /info).",
     )
+    default_prompt_name: str | None = Field(
+        default=None,
+        description="Embedding models: the prompt (a key of the model's sentence-transformers prompts) prepended to "
+        "texts whose request names none; without it, the model's own default_prompt_name, if any (TEI's flag).",
+    )
+    default_prompt: str | None = Field(
+        default=None,
+        description="Embedding models: text prepended to texts whose request names no prompt (TEI's flag); not with "
+        "default_prompt_name.",
+    )
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Origins whose browser pages may call the API (env: comma-separated; '*' for any). Off by "
@@ -189,6 +199,12 @@ class Settings(BaseSettings):
             if not sep or not name.strip() or not path.strip():
                 raise ValueError(f"model {pair!r} is not NAME=PATH")
         return value
+
+    @model_validator(mode="after")
+    def one_default_prompt(self) -> Settings:
+        if self.default_prompt is not None and self.default_prompt_name is not None:
+            raise ValueError("default_prompt and default_prompt_name cannot both be set")
+        return self
 
     def tunes(self) -> bool:
         """Whether start-up tuning runs: as asked, else when no tuned setting was given (flag or environment)."""

@@ -51,7 +51,12 @@ def load_config(folder: str | Path) -> BertConfig:
         raise CheckpointError(f"{folder}: no config.json, so not a Hugging Face checkpoint folder")
     values = read_json(config_file, error=CheckpointError)
     if values.get("model_type") != "bert":
-        raise CheckpointError(f"{folder}: model_type is {values.get('model_type')!r}, only 'bert' is supported")
+        raise CheckpointError(
+            f"{folder}: model_type is {values.get('model_type')!r}; this code (training.model) is BERT's alone, so "
+            "fine-tuning starts from BERT checkpoints. Other BERT-family checkpoints (DistilBERT, RoBERTa, ...) "
+            "export and serve as they are (python -m model_export): fine-tune them with transformers' Trainer, "
+            "then export the result"
+        )
     position_embedding_type = values.get("position_embedding_type", "absolute")
     if position_embedding_type != "absolute":
         raise CheckpointError(f"{folder}: position_embedding_type {position_embedding_type!r} is not supported")

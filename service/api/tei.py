@@ -20,6 +20,7 @@ from service.errors import BadRequest, InvalidRequest, ModelNotFound, Unsupporte
 from service.inference import InferenceResult
 from service.registry import ModelRegistry
 from service.schemas import TeiEmbedRequest, TeiEmbedResponse
+from service.schemas.embeddings import TeiEmbedSparseRequest, TeiEmbedSparseResponse
 from service.schemas.tei import (
     SimpleToken,
     TeiDecodeRequest,
@@ -39,6 +40,13 @@ BODY_ERRORS = error_responses(BadRequest, ModelNotFound, UnsupportedMediaType, I
 
 def embed_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     return json_reply([item.vector for item in result.results])
+
+
+def embed_sparse_answer(decoded: Decoded, result: InferenceResult) -> Reply:
+    return json_reply(
+        [[{"index": int(index), "value": float(value)} for index, value in zip(item.indices, item.values, strict=True)]
+         for item in result.results]
+    )  # fmt: skip
 
 
 def predict_answer(decoded: Decoded, result: InferenceResult) -> Reply:
@@ -121,6 +129,16 @@ PROTOCOL = Protocol(
             TeiEmbedResponse,
             embed_answer,
             body=TeiEmbedRequest,
+        ),
+        InferenceRoute(
+            "/embed_sparse",
+            "embed_sparse",
+            "SPLADE sparse vectors with a fill-mask model (text-embeddings-inference's `/embed_sparse`): per text,\n"
+            "the non-zero log(1 + ReLU(MLM logit)) weights max-pooled over its tokens, by vocabulary index.",
+            "tei",
+            TeiEmbedSparseResponse,
+            embed_sparse_answer,
+            body=TeiEmbedSparseRequest,
         ),
         InferenceRoute(
             "/predict",

@@ -69,6 +69,13 @@ class ModelCard(BaseModel):
     max_length: int = Field(description="Longest row the model takes, in tokens, special tokens included.")
     quantization: str = Field(description="none or int8")
     precision: str = Field(description="fp32 or fp16")
+    architecture: str = Field(description="The checkpoint's architecture, e.g. RobertaForSequenceClassification.")
+    mask_token: str | None = Field(
+        None, description="fill-mask: the token a masked position is written with ([MASK] or <mask>); null otherwise."
+    )
+    prompts: dict[str, str] = Field(
+        default_factory=dict, description="feature-extraction: the named prompts prompt_name picks from."
+    )
     batching: Batching | None = None
     quantization_eval: QuantizationEval | None = Field(
         None, description="What int8 cost on the export's eval data (null: not measured)."

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, Field, RootModel
 
 from service.schemas.common import TaskRequest, examples
-from service.tasks import EmbeddingParams
+from service.tasks import EmbeddingParams, SparseEmbeddingParams
 
 
 class EmbeddingsRequest(TaskRequest):
@@ -90,6 +90,15 @@ class TeiEmbedRequest(TaskRequest):
     truncation_direction: Literal["Right", "Left"] = Field(
         "Right", description="Which end of a long text is cut."
     )
+    dimensions: int | None = Field(
+        None, ge=1, description="Keep the first N values of each vector (re-normalised when normalize is true)."
+    )
+    prompt_name: str | None = Field(
+        None,
+        description="A key of the model's sentence-transformers prompts (/v1/models lists them): its text is "
+        "prepended to each input. None: the default prompt (--default-prompt-name, --default-prompt or the model's "
+        "own), if any.",
+    )
 
     def input_list(self) -> list[str]:
         return self.inputs if isinstance(self.inputs, list) else [self.inputs]
@@ -99,8 +108,36 @@ class TeiEmbedRequest(TaskRequest):
             normalize=self.normalize,
             truncate=bool(self.truncate),
             truncation_direction=self.truncation_direction.lower(),
+            dimensions=self.dimensions,
+            prompt_name=self.prompt_name,
         )
         return self.input_list(), params
+
+
+class TeiEmbedSparseRequest(TaskRequest):
+    """text-embeddings-inference's ``/embed_sparse`` body, served by a fill-mask (masked-LM) model: SPLADE weights."""
+
+    model_config = examples({"inputs": "A man is eating food."}, {"inputs": ["A man is eating.", "A dog runs."]})
+    task: ClassVar[str] = "fill-mask"
+
+    inputs: str | Annotated[list[str], Field(min_length=1)] = Field(description="A text or a list of texts.")
+    truncate: bool | None = Field(
+        False, description="Cut texts longer than the model's max length; false (TEI's default): such a text is a 400."
+    )
+    truncation_direction: Literal["Right", "Left"] = Field("Right", description="Which end of a long text is cut.")
+
+    def to_task(self) -> tuple[list[Any], SparseEmbeddingParams]:
+        texts = self.inputs if isinstance(self.inputs, list) else [self.inputs]
+        return texts, SparseEmbeddingParams(bool(self.truncate), self.truncation_direction.lower())
+
+
+class SparseValue(BaseModel):
+    index: int = Field(description="The vocabulary id.")
+    value: float = Field(description="log(1 + ReLU(MLM logit)), max-pooled over the text's tokens; > 0.")
+
+
+class TeiEmbedSparseResponse(RootModel[list[list[SparseValue]]]):
+    model_config = examples([[{"index": 2158, "value": 1.42}, {"index": 4521, "value": 0.37}]])
 
 
 class TeiEmbedResponse(RootModel[list[list[float]]]):

@@ -7,6 +7,7 @@ from service.tasks.feature_extraction import Embedding, EmbeddingParams, Feature
 from service.tasks.fill_mask import FillMaskHandler, FillMaskParams
 from service.tasks.question_answering import QAInput, QAParams, QuestionAnsweringHandler
 from service.tasks.rerank import RelevanceScore, RerankHandler, RerankParams
+from service.tasks.sparse_embedding import SparseEmbedding, SparseEmbeddingParams
 from service.tasks.text_classification import ClassificationInput, ClassificationParams, TextClassificationHandler
 from service.tasks.token_classification import TokenClassificationHandler, TokenClassificationParams, WordsInput
 from service.tasks.zero_shot_classification import ZeroShotClassificationHandler, ZeroShotParams
@@ -40,6 +41,8 @@ __all__ = [
     "RelevanceScore",
     "RerankHandler",
     "RerankParams",
+    "SparseEmbedding",
+    "SparseEmbeddingParams",
     "TaskHandler",
     "TextClassificationHandler",
     "TokenClassificationHandler",

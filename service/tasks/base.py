@@ -8,7 +8,7 @@ together; it hands each row's outputs back with padding removed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -47,10 +47,14 @@ class ModelContext:
     cls_token_id: int
     sep_token_id: int
     pad_token_id: int
+    unk_token_id: int | None = None  # None: the vocabulary has no unknown token (byte-level BPE needs none)
     # tokenizer_config.json's flag (tokenizer.json lacks it): decoded strings depend on it.
     clean_up_tokenization_spaces: bool = True
     # feature-extraction: the graph L2-normalises its sentence_embedding (bundle.json's normalize).
     embedding_normalized: bool = False
+    # feature-extraction: the named prompts, and the text prepended when a request names none ("" for none).
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt: str = ""
 
 
 class InputError(ValueError):

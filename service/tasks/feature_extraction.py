@@ -2,8 +2,10 @@
 
 Pooling (mean or [CLS]) and, when bundle.json's ``normalize`` says so, L2 normalisation run inside the graph, as
 sentence-transformers computes them. This handler tokenizes (truncating to the model's max length unless asked not
-to) and shapes the vector: ``dimensions`` keeps its first N values and re-normalises them (OpenAI's
-Matryoshka-style cut), ``normalize`` L2-normalises a vector the graph did not normalise.
+to), prepending the prompt a request names (``prompt_name``, a key of the sentence-transformers prompts recorded
+in bundle.json) or the model's default one, and shapes the vector: ``dimensions`` keeps its first N values and
+re-normalises them (OpenAI's Matryoshka-style cut), ``normalize`` L2-normalises a vector the graph did not
+normalise.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class EmbeddingParams:
     truncate: bool = True  # False: a text longer than the model's max length is a client error naming its length
     truncation_direction: str = "right"  # which end of a long text is cut
     dimensions: int | None = None  # keep the first N values (then re-normalise when the result is normalised)
+    prompt_name: str | None = None  # a key of the model's prompts, prepended to every text (None: the default one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,17 @@ def _text(item: Any, index: int) -> str:
     return item
 
 
+def _prompt(ctx: ModelContext, name: str | None) -> str:
+    """The text prepended to each input, as sentence-transformers' ``prompt_name`` prepends it."""
+    if name is None:
+        return ctx.default_prompt
+    if name not in ctx.prompts:
+        known = ", ".join(sorted(ctx.prompts))
+        raise InputError(f"prompt_name {name!r} is not one of this model's prompts ({known})" if known else
+                         f"prompt_name {name!r}: this model declares no prompts")  # fmt: skip
+    return ctx.prompts[name]
+
+
 def l2_normalized(vector: np.ndarray) -> np.ndarray:
     """``vector / ||vector||`` in float32 (norm clamped at 1e-12, as torch's normalize and sentence-transformers do)."""
     norm = float(np.linalg.norm(vector.astype(np.float64)))
@@ -64,7 +78,8 @@ class FeatureExtractionHandler:
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: EmbeddingParams) -> list[Prepared]:
         direction = _check_params(params)
-        texts = [_text(item, index) for index, item in enumerate(inputs)]
+        prompt = _prompt(ctx, params.prompt_name)
+        texts = [prompt + _text(item, index) for index, item in enumerate(inputs)]
         if params.truncate:
             tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, direction=direction)
         else:

@@ -4,7 +4,8 @@ Every mask gets its own list of predictions (probabilities of each mask on its o
 pipeline's multi-mask mode gives). ``targets`` restrict the vocabulary: a target that is not a
 vocabulary entry is replaced by the first token it tokenizes to, and one that tokenizes to nothing
 is dropped, as in the pipeline. Texts longer than the model's ``max_length`` are refused (the
-pipeline does not truncate fill-mask inputs either).
+pipeline does not truncate fill-mask inputs either). Given ``SparseEmbeddingParams`` the handler answers SPLADE
+sparse vectors from the same logits instead (``service.tasks.sparse_embedding``).
 
 The pipeline decodes ``sequence`` and ``token_str`` with the tokenizer's ``decode`` and then, when
 the checkpoint's tokenizer_config sets ``clean_up_tokenization_spaces``, with transformers'
@@ -23,6 +24,7 @@ import numpy as np
 from contract.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import encode_batch, require_text, require_top_k, softmax, to_sequence, vocabulary
+from service.tasks.sparse_embedding import SparseEmbedding, SparseEmbeddingParams, prepare_sparse, sparse_vector
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,11 @@ class FillMaskHandler:
     task: str = "fill-mask"
     output_names: tuple[str, ...] = task_spec("fill-mask").outputs
 
-    def prepare(self, ctx: ModelContext, inputs: list[Any], params: FillMaskParams) -> list[Prepared]:
+    def prepare(
+        self, ctx: ModelContext, inputs: list[Any], params: FillMaskParams | SparseEmbeddingParams
+    ) -> list[Prepared]:
+        if isinstance(params, SparseEmbeddingParams):
+            return prepare_sparse(ctx, inputs, params)
         require_top_k(params.top_k)
         target_ids = self.target_ids(ctx, params)
         texts = [require_text(item) for item in inputs]
@@ -100,8 +106,14 @@ class FillMaskHandler:
         return clean_up_tokenization(text) if ctx.clean_up_tokenization_spaces else text
 
     def postprocess(
-        self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: FillMaskParams
-    ) -> list[list[dict[str, Any]]]:
+        self,
+        ctx: ModelContext,
+        prepared: Prepared,
+        outputs: list[dict[str, np.ndarray]],
+        params: FillMaskParams | SparseEmbeddingParams,
+    ) -> list[list[dict[str, Any]]] | SparseEmbedding:
+        if isinstance(params, SparseEmbeddingParams):
+            return sparse_vector(prepared, outputs)
         target_ids: np.ndarray | None = prepared.state
         input_ids = prepared.sequences[0].input_ids
         logits = np.asarray(outputs[0]["logits"])  # (T, vocab)

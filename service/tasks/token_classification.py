@@ -162,7 +162,7 @@ def _public(entity: dict[str, Any]) -> dict[str, Any]:
 
 
 def _gather_pre_entities(ctx: ModelContext, text: str, window: Encoding, scores: np.ndarray) -> list[dict[str, Any]]:
-    unk_id = ctx.tokenizer.token_to_id(_unk_token(ctx))
+    unk_id = ctx.unk_token_id
     word_aware = bool(getattr(ctx.tokenizer.model, "continuing_subword_prefix", None))
     pre_entities = []
     for index, (token_id, special, (start, end)) in enumerate(
@@ -188,10 +188,6 @@ def _gather_pre_entities(ctx: ModelContext, text: str, window: Encoding, scores:
             }
         )
     return pre_entities
-
-
-def _unk_token(ctx: ModelContext) -> str:
-    return getattr(ctx.tokenizer.model, "unk_token", None) or "[UNK]"
 
 
 def _label(ctx: ModelContext, index: int) -> str:

@@ -136,7 +136,7 @@ def test_the_torch_model_is_gone_before_the_first_onnx_step(
 ) -> None:
     models: list[weakref.ref[torch.nn.Module]] = []
     alive_at_onnx_steps: list[bool] = []
-    load_model, check_parity, optimize = export_module.load_model, export_module.check_parity, optimize_bert
+    load_model, check_parity, optimize = export_module.load_for_export, export_module.check_parity, optimize_bert
 
     def loading(*args, **kwargs):  # type: ignore[no-untyped-def]
         model = load_model(*args, **kwargs)
@@ -151,7 +151,7 @@ def test_the_torch_model_is_gone_before_the_first_onnx_step(
         alive_at_onnx_steps.append(models[0]() is not None)
         return optimize(*args, **kwargs)
 
-    monkeypatch.setattr(export_module, "load_model", loading)
+    monkeypatch.setattr(export_module, "load_for_export", loading)
     monkeypatch.setattr(export_module, "check_parity", checking)
     monkeypatch.setattr(export_module.graph_rewrites, "optimize_bert", optimizing)
     export_bundle(checkpoint("ours", "text-classification"), tmp_path / "out", quantize="int8")

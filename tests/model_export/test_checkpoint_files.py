@@ -12,7 +12,6 @@ import pytest
 from model_export.checkpoint_files import prepare_tokenizer, resolve_max_length, weights_sha256
 from model_export.validate import ExportError
 from tests.model_export.conftest import vocab_size, vocab_tokens, write_vocab
-from training.model import BertConfig
 
 MIXED_CASE = ["John saw Mary in PARIS.", "Thé Movie wás GREAT!"]
 
@@ -76,15 +75,13 @@ def test_missing_tokenizer_is_an_export_error(tmp_path: Path) -> None:
     [(None, 64, 64), (None, 10**30, 128), (None, None, 128), (32, 64, 32), (128, 64, 128)],
 )
 def test_max_length(requested: int | None, model_max_length: int | None, expected: int) -> None:
-    config = BertConfig(vocab_size=10, hidden_size=8, num_attention_heads=2, max_position_embeddings=128)
     settings = {} if model_max_length is None else {"model_max_length": model_max_length}
-    assert resolve_max_length(requested, settings, config) == expected
+    assert resolve_max_length(requested, settings, 128) == expected
 
 
 def test_max_length_beyond_the_position_table_is_refused() -> None:
-    config = BertConfig(vocab_size=10, hidden_size=8, num_attention_heads=2, max_position_embeddings=128)
     with pytest.raises(ExportError, match=r"outside 2\.\.128"):
-        resolve_max_length(129, {}, config)
+        resolve_max_length(129, {}, 128)
 
 
 def test_weights_hash_covers_the_weight_files(tmp_path: Path) -> None:

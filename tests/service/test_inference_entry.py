@@ -57,6 +57,7 @@ VALID: dict[str, tuple[str, dict[str, Any]]] = {  # route template -> (a path of
     "/rerank": ("/rerank", {"query": "where?", "texts": ["in paris", "a film"]}),
     "/v1/embeddings": ("/v1/embeddings", {"input": "hello world"}),
     "/embed": ("/embed", {"inputs": "hello world"}),
+    "/embed_sparse": ("/embed_sparse", {"inputs": "hello world"}),
     "/predict": ("/predict", {"model": "text-classification", "inputs": ["a fine film", "a dull one"]}),
     "/v2/models/{name}/infer": ("/v2/models/text-classification/infer", TEXT_TENSOR),
     "/v2/models/{name}/versions/{version}/infer": ("/v2/models/text-classification/versions/1/infer", TEXT_TENSOR),

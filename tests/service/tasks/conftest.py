@@ -105,6 +105,7 @@ def model_context(tokenizer_dir: Path, config: Any) -> ModelContext:
         cls_token_id=tokenizer.token_to_id("[CLS]"),
         sep_token_id=tokenizer.token_to_id("[SEP]"),
         pad_token_id=tokenizer.token_to_id("[PAD]"),
+        unk_token_id=tokenizer.token_to_id("[UNK]"),
     )
 
 

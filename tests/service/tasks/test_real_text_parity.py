@@ -64,6 +64,7 @@ def make(task: str, architecture: str, folder: Path, **config_fields: Any) -> Ta
         cls_token_id=tokenizer.token_to_id("[CLS]"),
         sep_token_id=tokenizer.token_to_id("[SEP]"),
         pad_token_id=tokenizer.token_to_id("[PAD]"),
+        unk_token_id=tokenizer.token_to_id("[UNK]"),
     )
     return TaskFixture(task, model, ctx, hf_tokenizer)
 
