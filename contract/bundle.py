@@ -113,9 +113,9 @@ class BundleSpec:
         if self.task not in TASKS:
             raise BundleError(path, f"unknown task {self.task!r} (known: {', '.join(TASK_NAMES)})")
         task = TASKS[self.task]
-        expected = list(task.outputs)
-        if list(self.outputs) != expected:
-            raise BundleError(path, f"task {self.task} needs outputs {expected}, bundle declares {self.outputs}")
+        outputs_problem = task.outputs_problem(self.outputs)
+        if outputs_problem is not None:
+            raise BundleError(path, outputs_problem)
         if tuple(self.inputs) not in GRAPH_INPUTS:
             allowed = " or ".join(str(list(inputs)) for inputs in GRAPH_INPUTS)
             raise BundleError(path, f"inputs must be {allowed}, bundle declares {self.inputs}")

@@ -8,7 +8,7 @@ row here, one handler in ``service/tasks`` and one schema module in ``service/sc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -32,6 +32,8 @@ class TaskSpec:
     pipeline_defaults: MappingProxyType[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     # What the head's id2label must satisfy to serve this task: a function giving the problem (None: fine).
     labels_rule: Callable[[Mapping[int, str]], str | None] | None = None
+    # Outputs a graph may add after ``outputs``, in this order, when its export asked for them.
+    optional_outputs: tuple[str, ...] = ()
 
     def is_token_level(self, output: str) -> bool:
         return output in self.token_level
@@ -40,10 +42,22 @@ class TaskSpec:
         """Why a head with ``id2label`` cannot serve this task (None: it can). Export and the bundle reader ask."""
         return None if self.labels_rule is None else self.labels_rule(id2label)
 
-    def dynamic_axes(self, inputs: tuple[str, ...] = INPUT_NAMES) -> dict[str, dict[int, str]]:
+    def outputs_problem(self, outputs: Sequence[str]) -> str | None:
+        """Why a graph with ``outputs`` cannot serve this task (None: it can): the task's outputs, then any of its
+        optional ones in order."""
+        required, extra = list(outputs[: len(self.outputs)]), list(outputs[len(self.outputs) :])
+        allowed = [name for name in self.optional_outputs if name in extra]
+        if required != list(self.outputs) or extra != allowed:
+            optional = f" (then optionally {list(self.optional_outputs)})" if self.optional_outputs else ""
+            return f"task {self.name} needs outputs {list(self.outputs)}{optional}, bundle declares {list(outputs)}"
+        return None
+
+    def dynamic_axes(
+        self, inputs: tuple[str, ...] = INPUT_NAMES, outputs: Sequence[str] | None = None
+    ) -> dict[str, dict[int, str]]:
         """torch.onnx.export's dynamic_axes: batch and sequence on the inputs and per-token outputs."""
         axes = {name: dict(INPUT_AXES) for name in inputs}
-        for name in self.outputs:
+        for name in self.outputs if outputs is None else outputs:
             axes[name] = dict(INPUT_AXES) if self.is_token_level(name) else {0: "batch"}
         return axes
 
@@ -151,7 +165,9 @@ TASKS: dict[str, TaskSpec] = {
             name="feature-extraction",
             # One (B, H) sentence embedding: pooling (mean / cls) and, when asked, L2 normalisation run in the graph.
             outputs=("sentence_embedding",),
-            token_level=frozenset(),
+            # token_embeddings (B, T, H): the encoder's token states, for TEI's /embed_all (export --token-embeddings).
+            token_level=frozenset({"token_embeddings"}),
+            optional_outputs=("token_embeddings",),
             architecture="BertModel",
             sources=frozenset({"BertModel", "BertForPreTraining", "BertForSequenceClassification"}),
             detect_from=frozenset({"BertModel"}),

@@ -13,6 +13,7 @@ from contract.tasks import TASK_NAMES
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from model_export.validate import FP32_ATOL, FP32_RTOL
     parser = argparse.ArgumentParser(
         prog="bertserve-export", description="Export a BERT checkpoint folder to a validated ONNX bundle folder."
     )
@@ -31,11 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--opset", type=int, default=17)
     parser.add_argument(
-        "--atol", type=float, default=None, help="fp32 parity: absolute tolerance (default 1e-4)"
+        "--atol", type=float, default=None, help=f"fp32 parity: absolute tolerance (default {FP32_ATOL:g})"
     )
     parser.add_argument(
         "--rtol", type=float, default=None,
-        help="fp32 parity: relative tolerance, |onnx - torch| <= atol + rtol x |torch| (default 1e-3)",
+        help="fp32 parity: relative tolerance, |onnx - torch| <= atol + rtol x the largest |torch| of the output row "
+        f"(default {FP32_RTOL:g})",
     )  # fmt: skip
     parser.add_argument(
         "--pooling", default="auto", choices=["auto", *POOLINGS],
@@ -70,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--int8-fp32-attention", action="store_true",
         help="with --quantize int8: keep the fused attention in fp32 (MiniLM SST-2: int8 then scores as fp32 does); "
         "`python -m benchmarks.int8_nodes` measures which nodes a task's accuracy needs",
+    )  # fmt: skip
+    parser.add_argument(
+        "--token-embeddings", action="store_true",
+        help="feature-extraction: the graph also gives each token's state, which TEI's /embed_all answers "
+        "(default: the sentence embedding only)",
     )  # fmt: skip
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return parser
@@ -106,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_loss=args.max_loss,
             int8_fp32_ffn_layers=args.int8_fp32_ffn_layers,
             int8_fp32_attention=args.int8_fp32_attention,
+            token_embeddings=args.token_embeddings,
         )
     except ExportError as error:
         print(f"bertserve-export: error: {error}", file=sys.stderr)

@@ -172,6 +172,7 @@ def export_bundle(
     max_loss: float | None = None,
     int8_fp32_ffn_layers: int = 0,
     int8_fp32_attention: bool = False,
+    token_embeddings: bool = False,
 ) -> Bundle:
     """Export a checkpoint folder into a validated bundle at out_dir; ExportError (ParityError) on any failure.
 
@@ -185,7 +186,8 @@ def export_bundle(
     points) an int8 graph that loses more than that is not written: the bundle keeps the fp32 graph.
     ``int8_fp32_ffn_layers``: the first N encoder layers' feed-forward output projections stay fp32 in the int8
     graph, and ``int8_fp32_attention`` the fused attention (each node recorded with its reason in the int8 parity
-    report, ``kept_fp32``).
+    report, ``kept_fp32``). ``token_embeddings`` (feature-extraction only): the graph also gives the encoder's token
+    states, ``token_embeddings`` (B, T, H), which TEI's ``/embed_all`` answers.
     """
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     if quantize not in QUANTIZATIONS:
@@ -199,6 +201,8 @@ def export_bundle(
     if precision == "fp16" and "CUDAExecutionProvider" not in ort.get_available_providers():
         raise ExportError("precision fp16 needs onnxruntime-gpu with the CUDA execution provider")
     check_eval_options(quantize, eval_data, max_loss)
+    if token_embeddings and task not in ("auto", "feature-extraction"):
+        raise ExportError(f"token_embeddings apply to feature-extraction only, not {task}")
     _check_out_dir(out_dir)
     progress = Progress(
         4 + (optimize or precision == "fp16") + (quantize != "none" or precision == "fp16") + (eval_data is not None)
@@ -221,7 +225,10 @@ def export_bundle(
         tokenizer, special, do_lower_case, settings = prepare_tokenizer(checkpoint_dir, task, facts.vocab_size)
         max_length = resolve_max_length(max_length, settings, facts.max_positions)
         eval_rows = None if eval_data is None else read_eval_rows(eval_data, task, facts.id2label)
-        adapter = OnnxAdapter(model, TASKS[task].outputs, facts.inputs).eval()
+        if token_embeddings and task != "feature-extraction":
+            raise ExportError(f"token_embeddings apply to feature-extraction only, not {task}")
+        outputs = TASKS[task].outputs + (("token_embeddings",) if token_embeddings else ())
+        adapter = OnnxAdapter(model, outputs, facts.inputs).eval()
         del model  # the adapter holds the only reference, dropped once the graph is exported
         weights_bytes = fp32_weights_bytes(adapter)
         special_ids = SpecialIds(
@@ -231,7 +238,6 @@ def export_bundle(
         batches = texts + probe_batches(facts.vocab_size, special_ids, max_length, facts.type_vocab_size)
         references = torch_references(adapter, batches)
     shape = (facts.num_heads, facts.hidden_size, facts.num_layers)
-    outputs = TASKS[task].outputs
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))

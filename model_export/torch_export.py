@@ -41,6 +41,7 @@ class SentenceEmbedder(nn.Module):
     mean: the average of the real tokens' states (padding masked out, count clamped at 1e-9 as
     sentence-transformers' Pooling does); cls: the [CLS] token's state (not the pooler output). ``normalize`` divides
     by the L2 norm (``torch.nn.functional.normalize``: clamped at 1e-12, like sentence-transformers' Normalize).
+    The token states themselves come out too, as ``token_embeddings`` (B, T, H): a graph lists them when asked.
     """
 
     def __init__(self, encoder: nn.Module, pooling: str, normalize: bool):
@@ -62,7 +63,7 @@ class SentenceEmbedder(nn.Module):
             pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
         if self.normalize:
             pooled = nn.functional.normalize(pooled, p=2.0, dim=-1)
-        return {"sentence_embedding": pooled}
+        return {"sentence_embedding": pooled, "token_embeddings": hidden}
 
 
 class OnnxAdapter(nn.Module):
@@ -149,7 +150,7 @@ def export_onnx(adapter: OnnxAdapter, path: Path, task: str, opset: int) -> None
             str(path),
             input_names=list(adapter.input_names),
             output_names=list(adapter.output_names),
-            dynamic_axes=TASKS[task].dynamic_axes(adapter.input_names),
+            dynamic_axes=TASKS[task].dynamic_axes(adapter.input_names, adapter.output_names),
             opset_version=opset,
             do_constant_folding=True,
             dynamo=False,

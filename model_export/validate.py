@@ -33,7 +33,7 @@ PROBE_SHAPES: tuple[tuple[int, int], ...] = ((1, 5), (3, 16), (4, 37), (2, 64), 
 # Top-1 agreement counts rows whose reference top-1 leads by this many logits; closer rows are near-ties that
 # any rounding may flip (answer positions over random probe tokens are mostly such rows).
 TOP1_MARGIN = 0.5
-EMBEDDING_OUTPUTS = frozenset({"sentence_embedding"})  # judged by cosine, not top-1
+EMBEDDING_OUTPUTS = frozenset({"sentence_embedding", "token_embeddings"})  # judged by cosine, not top-1
 SPAN_OUTPUTS = frozenset({"start_logits", "end_logits"})
 # Natural text for the probe: fine-tuned models are decisive on text like this and near-ties on random ids, which
 # makes int8 / fp16 agreement on these rows the more telling figure. Pairs exercise segment B.

@@ -98,6 +98,7 @@ def load_context(bundle: Bundle, settings: Settings | None = None) -> ModelConte
         clean_up_tokenization_spaces=spec.clean_up_tokenization_spaces,
         embedding_normalized=spec.normalize,
         prompts=dict(spec.prompts),
+        token_embeddings="token_embeddings" in spec.outputs,
         default_prompt=default_prompt(bundle, settings or Settings()),
     )
 
@@ -207,7 +208,7 @@ class Engine:
                 raise BundleError(bundle.path, f"the service does not serve task {bundle.spec.task!r}")
             handler = HANDLERS[bundle.spec.task]
         context = load_context(bundle, settings)
-        outputs = task_spec(bundle.spec.task).outputs
+        outputs = tuple(bundle.spec.outputs)
         spin = settings.intra_op_spinning
 
         def make_runner(threads: int = settings.intra_op_threads) -> ModelRunner:

@@ -12,7 +12,9 @@ hostile body; then it is parsed once. Each rule broken is a 400 naming it:
   of numbers took 3.7 s to become 800,000 validation errors;
 - a number is at most ``MAX_NUMBER_CHARS`` (32) characters (an int64 needs 20, a float64's shortest form 24) and
   finite as a double: ``NaN``, ``Infinity`` and ``1e999`` are refused, where Python's ``json`` gives nan and inf;
-- an object names each key once: parsers disagree on which copy of a duplicate key wins, so none does.
+- an object names each key once: parsers disagree on which copy of a duplicate key wins, so none does;
+- a string holds Unicode text: a ``\\ud800``-style escape of half a surrogate pair (which ``json`` turns into a str
+  no UTF-8 encoder, tokenizer included, accepts) is refused.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ STRUCTURE = b"[]{},"
 NOT_STRUCTURE = bytes(byte for byte in range(256) if byte not in STRUCTURE)
 LONG_NUMBER = re.compile(rb"[-+0-9.eE]{%d,}" % (MAX_NUMBER_CHARS + 1))
 OPENING = np.frombuffer(b"[{", np.uint8)
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def parse_json(body: bytes) -> Any:
@@ -47,9 +50,31 @@ def parse_json(body: bytes) -> Any:
         ) from None
     check_shape(body)
     try:
-        return json.loads(text, object_pairs_hook=unique_keys, parse_float=finite_float, parse_constant=no_constant)
+        value = json.loads(text, object_pairs_hook=unique_keys, parse_float=finite_float, parse_constant=no_constant)
     except json.JSONDecodeError as exc:
         raise BadRequest(f"the body is not valid JSON at character {exc.pos}: {exc.msg}") from None
+    if SURROGATE_ESCAPE.search(body) is not None:
+        check_unicode(value)
+    return value
+
+
+def check_unicode(value: Any) -> None:
+    """Every string (keys included) encodes as UTF-8: surrogate escapes come in pairs."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise BadRequest(
+                f"a string in the body holds half a surrogate pair (\\u{ord(value[exc.start]):04x} at character "
+                f"{exc.start} of the string): not Unicode text"
+            ) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_unicode(key)
+            check_unicode(item)
+    elif isinstance(value, list):
+        for item in value:
+            check_unicode(item)
 
 
 def check_shape(body: bytes) -> None:

@@ -70,11 +70,13 @@ def invalid_value(exc: ValidationError, content_type: str | None, prefix: tuple[
 def validated_json_body(model: type[Model], body: bytes, content_type: str | None) -> Model:
     """``body`` as ``model``, or the ServiceError FastAPI's handling of a route's ``model`` body leads to.
 
-    A body is parsed as JSON only when it is sent as JSON; any other body (or an empty one) reaches validation
-    as it is, and fails there: a 415, or a 422 for an empty JSON body, as from FastAPI.
+    A body is parsed as JSON only when it is sent as JSON; any other body reaches validation as it is, and fails
+    there: a 415, as from FastAPI. An empty body sent as JSON is a 400, as invalid JSON is.
     """
     value: Any = body
     if not body:
+        if content_type and is_json_media_type(content_type):
+            raise BadRequest("the body is empty: send a JSON object (the route's schema is at /docs)")
         errors: list[Mapping[str, Any]] = [{"type": "missing", "loc": ("body",), "msg": "Field required"}]
         raise validation_error(errors, content_type)
     if content_type == JSON_MEDIA_TYPE or (content_type and is_json_media_type(content_type)):

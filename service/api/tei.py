@@ -20,7 +20,12 @@ from service.errors import BadRequest, InvalidRequest, ModelNotFound, Unsupporte
 from service.inference import InferenceResult
 from service.registry import ModelRegistry
 from service.schemas import TeiEmbedRequest, TeiEmbedResponse
-from service.schemas.embeddings import TeiEmbedSparseRequest, TeiEmbedSparseResponse
+from service.schemas.embeddings import (
+    TeiEmbedAllRequest,
+    TeiEmbedAllResponse,
+    TeiEmbedSparseRequest,
+    TeiEmbedSparseResponse,
+)
 from service.schemas.tei import (
     SimpleToken,
     TeiDecodeRequest,
@@ -40,6 +45,10 @@ BODY_ERRORS = error_responses(BadRequest, ModelNotFound, UnsupportedMediaType, I
 
 def embed_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     return json_reply([item.vector for item in result.results])
+
+
+def embed_all_answer(decoded: Decoded, result: InferenceResult) -> Reply:
+    return json_reply([item.vectors for item in result.results])
 
 
 def embed_sparse_answer(decoded: Decoded, result: InferenceResult) -> Reply:
@@ -129,6 +138,16 @@ PROTOCOL = Protocol(
             TeiEmbedResponse,
             embed_answer,
             body=TeiEmbedRequest,
+        ),
+        InferenceRoute(
+            "/embed_all",
+            "embed_all",
+            "Every token's state, special tokens included (text-embeddings-inference's `/embed_all`), with a\n"
+            "feature-extraction model exported with `--token-embeddings`.",
+            "tei",
+            TeiEmbedAllResponse,
+            embed_all_answer,
+            body=TeiEmbedAllRequest,
         ),
         InferenceRoute(
             "/embed_sparse",

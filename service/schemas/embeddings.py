@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, Field, RootModel
 
 from service.schemas.common import TaskRequest, examples
-from service.tasks import EmbeddingParams, SparseEmbeddingParams
+from service.tasks import EmbeddingParams, SparseEmbeddingParams, TokenEmbeddingParams
 
 
 class EmbeddingsRequest(TaskRequest):
@@ -129,6 +129,30 @@ class TeiEmbedSparseRequest(TaskRequest):
     def to_task(self) -> tuple[list[Any], SparseEmbeddingParams]:
         texts = self.inputs if isinstance(self.inputs, list) else [self.inputs]
         return texts, SparseEmbeddingParams(bool(self.truncate), self.truncation_direction.lower())
+
+
+class TeiEmbedAllRequest(TaskRequest):
+    """text-embeddings-inference's ``/embed_all`` body: every token's state, from a model exported with
+    ``--token-embeddings``."""
+
+    model_config = examples({"inputs": "A man is eating food."})
+    task: ClassVar[str] = "feature-extraction"
+
+    inputs: str | Annotated[list[str], Field(min_length=1)] = Field(description="A text or a list of texts.")
+    truncate: bool | None = Field(
+        False, description="Cut texts longer than the model's max length; false (TEI's default): such a text is a 400."
+    )
+    truncation_direction: Literal["Right", "Left"] = Field("Right", description="Which end of a long text is cut.")
+    prompt_name: str | None = Field(None, description="As /embed's: a key of the model's prompts.")
+
+    def to_task(self) -> tuple[list[Any], TokenEmbeddingParams]:
+        texts = self.inputs if isinstance(self.inputs, list) else [self.inputs]
+        params = TokenEmbeddingParams(bool(self.truncate), self.truncation_direction.lower(), self.prompt_name)
+        return texts, params
+
+
+class TeiEmbedAllResponse(RootModel[list[list[list[float]]]]):
+    model_config = examples([[[0.12, -0.4, 0.03], [0.2, 0.1, -0.7]]])
 
 
 class SparseValue(BaseModel):

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler
-from service.tasks.feature_extraction import Embedding, EmbeddingParams, FeatureExtractionHandler
+from service.tasks.feature_extraction import (
+    Embedding,
+    EmbeddingParams,
+    FeatureExtractionHandler,
+    TokenEmbeddingParams,
+    TokenEmbeddings,
+)
 from service.tasks.fill_mask import FillMaskHandler, FillMaskParams
 from service.tasks.question_answering import QAInput, QAParams, QuestionAnsweringHandler
 from service.tasks.rerank import RelevanceScore, RerankHandler, RerankParams
@@ -47,6 +53,8 @@ __all__ = [
     "TextClassificationHandler",
     "TokenClassificationHandler",
     "TokenClassificationParams",
+    "TokenEmbeddingParams",
+    "TokenEmbeddings",
     "WordsInput",
     "ZeroShotClassificationHandler",
     "ZeroShotParams",

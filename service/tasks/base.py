@@ -55,6 +55,7 @@ class ModelContext:
     # feature-extraction: the named prompts, and the text prepended when a request names none ("" for none).
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt: str = ""
+    token_embeddings: bool = False  # feature-extraction: the graph also gives its token states (TEI's /embed_all)
 
 
 class InputError(ValueError):

@@ -17,7 +17,7 @@ import numpy as np
 
 from contract.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import encode_batch, require_fit, to_sequence, truncating_tokenizer
+from service.tasks.common import encode_batch, require_fit, require_text, to_sequence, truncating_tokenizer
 
 DIRECTIONS = ("right", "left")
 
@@ -31,6 +31,20 @@ class EmbeddingParams:
     truncation_direction: str = "right"  # which end of a long text is cut
     dimensions: int | None = None  # keep the first N values (then re-normalise when the result is normalised)
     prompt_name: str | None = None  # a key of the model's prompts, prepended to every text (None: the default one)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEmbeddingParams:
+    """TEI's ``/embed_all``: every token's state (special tokens included, not normalised)."""
+
+    truncate: bool = False
+    truncation_direction: str = "right"
+    prompt_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEmbeddings:
+    vectors: np.ndarray  # (tokens, hidden size) float32
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +64,8 @@ def _check_params(params: EmbeddingParams) -> str:
 
 
 def _text(item: Any, index: int) -> str:
-    if not isinstance(item, str):
-        raise InputError(f"input {index} must be a string, got {type(item).__name__}")
-    return item
+    """A text to embed: a string with something in it (as every other task requires)."""
+    return require_text(item, f"input {index}")
 
 
 def _prompt(ctx: ModelContext, name: str | None) -> str:
@@ -76,7 +89,13 @@ class FeatureExtractionHandler:
     task: str = "feature-extraction"
     output_names: tuple[str, ...] = task_spec("feature-extraction").outputs
 
-    def prepare(self, ctx: ModelContext, inputs: list[Any], params: EmbeddingParams) -> list[Prepared]:
+    def prepare(
+        self, ctx: ModelContext, inputs: list[Any], params: EmbeddingParams | TokenEmbeddingParams
+    ) -> list[Prepared]:
+        if isinstance(params, TokenEmbeddingParams):
+            if not ctx.token_embeddings:
+                raise InputError("this model was exported without token embeddings (export it with --token-embeddings)")
+            params = EmbeddingParams(None, params.truncate, params.truncation_direction, None, params.prompt_name)
         direction = _check_params(params)
         prompt = _prompt(ctx, params.prompt_name)
         texts = [prompt + _text(item, index) for index, item in enumerate(inputs)]
@@ -94,8 +113,15 @@ class FeatureExtractionHandler:
         return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
 
     def postprocess(
-        self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: EmbeddingParams
-    ) -> Embedding:
+        self,
+        ctx: ModelContext,
+        prepared: Prepared,
+        outputs: list[dict[str, np.ndarray]],
+        params: EmbeddingParams | TokenEmbeddingParams,
+    ) -> Embedding | TokenEmbeddings:
+        if isinstance(params, TokenEmbeddingParams):
+            tokens = len(prepared.sequences[0])
+            return TokenEmbeddings(np.asarray(outputs[0]["token_embeddings"][:tokens], dtype=np.float32))
         vector = np.asarray(outputs[0]["sentence_embedding"], dtype=np.float32)
         size = int(vector.shape[-1])
         cut = params.dimensions is not None and params.dimensions < size

@@ -222,6 +222,8 @@ def test_models_lists_embedding_models_in_both_shapes(http: httpx.Client) -> Non
         ("/v1/embeddings", {"model": "nope", "input": "x"}, 404, ("no model named 'nope'",)),
         ("/embed", {"model": "mean", "inputs": "x", "normalize": "yes"}, 422, ("normalize",)),
         ("/embed", {"model": "mean", "inputs": "x", "truncation_direction": "middle"}, 422, ("truncation_direction",)),
+        ("/v1/embeddings", {"model": "mean", "input": ["a text", ""]}, 400, ("input 1 is empty",)),
+        ("/embed", {"model": "mean", "inputs": "  "}, 400, ("input 0 is empty",)),
     ],
 )
 def test_bad_requests(http: httpx.Client, route: str, body: dict, status: int, words: tuple[str, ...]) -> None:

@@ -72,6 +72,14 @@ def test_only_utf8_is_read() -> None:
     assert "not UTF-8" in refusal('{"inputs": "é"}'.encode("latin-1"))
 
 
+def test_half_a_surrogate_pair_is_refused_and_a_whole_one_read() -> None:
+    assert parse_json(b'{"inputs": "\\ud83d\\ude00"}') == {"inputs": "\U0001f600"}
+    assert refusal(b'{"inputs": ["ok", "x\\ud800"]}') == (
+        "a string in the body holds half a surrogate pair (\\ud800 at character 1 of the string): not Unicode text"
+    )
+    assert "\\udc00" in refusal(b'{"\\udc00": "key"}')
+
+
 def test_invalid_json_names_where_it_breaks() -> None:
     assert refusal(b'{"inputs": "x",') == (
         "the body is not valid JSON at character 15: Expecting property name enclosed in double quotes"

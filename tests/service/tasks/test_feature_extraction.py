@@ -26,15 +26,20 @@ def graph_output(vector: list[float]) -> list[dict[str, np.ndarray]]:
 
 
 def test_one_row_per_text_truncated_to_the_model(ctx: ModelContext) -> None:
-    prepared = HANDLER.prepare(ctx, ["John lives in Paris.", "", LONG], EmbeddingParams())
-    assert [len(item.sequences) for item in prepared] == [1, 1, 1]
-    short, empty, long = (item.sequences[0] for item in prepared)
+    prepared = HANDLER.prepare(ctx, ["John lives in Paris.", LONG], EmbeddingParams())
+    assert [len(item.sequences) for item in prepared] == [1, 1]
+    short, long = (item.sequences[0] for item in prepared)
     assert short.input_ids[0] == ctx.cls_token_id and short.input_ids[-1] == ctx.sep_token_id
-    assert list(empty.input_ids) == [ctx.cls_token_id, ctx.sep_token_id]  # an empty text has an embedding too
     assert len(long) == MAX_LENGTH
     left = HANDLER.prepare(ctx, [LONG + " john"], EmbeddingParams(truncation_direction="Left"))[0].sequences[0]
     assert len(left) == MAX_LENGTH and left.input_ids[-2] == ctx.tokenizer.encode("john").ids[-2]  # the end is kept
     assert not np.array_equal(left.input_ids, long.input_ids)
+
+
+@pytest.mark.parametrize("text", ["", "  \t "])
+def test_an_empty_text_is_refused_as_every_task_refuses_it(ctx: ModelContext, text: str) -> None:
+    with pytest.raises(InputError, match="input 1 is empty"):
+        HANDLER.prepare(ctx, ["fine", text], EmbeddingParams())
 
 
 def test_without_truncation_a_long_text_is_refused(ctx: ModelContext) -> None:
