@@ -77,6 +77,9 @@ class BundleSpec:
     # it prepends when none is named.
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
+    # Request parameters this model answers with when a request leaves them out (a NER model's whole-word
+    # aggregation_strategy "first"): keys of the task's pipeline defaults, JSON scalar values.
+    request_defaults: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -136,6 +139,9 @@ class BundleSpec:
             raise BundleError(path, f"pooling and normalize apply to feature-extraction only, not {self.task}")
         if self.task != "feature-extraction" and (self.prompts or self.default_prompt_name is not None):
             raise BundleError(path, f"prompts apply to feature-extraction only, not {self.task}")
+        defaults_problem = task.request_defaults_problem(self.request_defaults)
+        if defaults_problem is not None:
+            raise BundleError(path, defaults_problem)
         if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
             raise BundleError(path, f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts")
 

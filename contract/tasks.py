@@ -42,6 +42,18 @@ class TaskSpec:
         """Why a head with ``id2label`` cannot serve this task (None: it can). Export and the bundle reader ask."""
         return None if self.labels_rule is None else self.labels_rule(id2label)
 
+    def request_defaults_problem(self, defaults: Mapping[str, Any]) -> str | None:
+        """Why ``defaults`` cannot be a bundle's request defaults for this task (None: they can): each key one of the
+        pipeline's parameters, each value a JSON scalar."""
+        unknown = sorted(set(defaults) - set(self.pipeline_defaults))
+        if unknown:
+            known = ", ".join(self.pipeline_defaults) or "none"
+            return f"request defaults {unknown} are not parameters of {self.name} (its parameters: {known})"
+        for key, value in defaults.items():
+            if value is not None and not isinstance(value, str | int | float | bool):
+                return f"request default {key} must be a string, number, boolean or null, got {type(value).__name__}"
+        return None
+
     def outputs_problem(self, outputs: Sequence[str]) -> str | None:
         """Why a graph with ``outputs`` cannot serve this task (None: it can): the task's outputs, then any of its
         optional ones in order."""

@@ -8,7 +8,7 @@ never sees. Each request goes through what ``/v1/<task>`` runs (the request sche
 ``Engine.infer``: the handler's windowing, batching, ONNX Runtime, decoding), without HTTP:
 
 - ner (token-classification): a ~2,800-word text of everyday filler (music, the city, the river, days, months)
-  with ~60 planted entities, as one input with the default aggregation "simple". A predicted entity is right
+  with ~60 planted entities, as one input with the bundle's default aggregation ("first"). A predicted entity is right
   when its character span and type are a planted one's. Thresholds: precision >= 0.9, recall >= 0.5.
 - qa (question-answering): a ~5,000-word context (filler, places with years, facts about a dozen other people)
   with three people's "X was born in C in Y. In Y2, X moved to C2 to work for O." at its start, middle and end;

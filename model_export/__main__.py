@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from contract.bundle import POOLINGS, PRECISIONS, QUANTIZATIONS
 from contract.tasks import TASK_NAMES
+
+
+def request_default(text: str) -> tuple[str, Any]:
+    """NAME=VALUE -> (NAME, VALUE): VALUE read as JSON (5, true, null, "x"), else taken as a string (first)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="feature-extraction: the graph also gives each token's state, which TEI's /embed_all answers "
         "(default: the sentence embedding only)",
     )  # fmt: skip
+    parser.add_argument(
+        "--request-default", metavar="NAME=VALUE", action="append", default=[], type=request_default,
+        help="a parameter the served model answers with when a request leaves it out, VALUE as JSON or a bare word "
+        "(repeatable; e.g. aggregation_strategy=first for whole-word NER); /v1/models lists them",
+    )  # fmt: skip
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return parser
 
@@ -114,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             int8_fp32_ffn_layers=args.int8_fp32_ffn_layers,
             int8_fp32_attention=args.int8_fp32_attention,
             token_embeddings=args.token_embeddings,
+            request_defaults=dict(args.request_default),
         )
     except ExportError as error:
         print(f"bertserve-export: error: {error}", file=sys.stderr)

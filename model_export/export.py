@@ -173,6 +173,7 @@ def export_bundle(
     int8_fp32_ffn_layers: int = 0,
     int8_fp32_attention: bool = False,
     token_embeddings: bool = False,
+    request_defaults: dict[str, Any] | None = None,
 ) -> Bundle:
     """Export a checkpoint folder into a validated bundle at out_dir; ExportError (ParityError) on any failure.
 
@@ -187,7 +188,8 @@ def export_bundle(
     ``int8_fp32_ffn_layers``: the first N encoder layers' feed-forward output projections stay fp32 in the int8
     graph, and ``int8_fp32_attention`` the fused attention (each node recorded with its reason in the int8 parity
     report, ``kept_fp32``). ``token_embeddings`` (feature-extraction only): the graph also gives the encoder's token
-    states, ``token_embeddings`` (B, T, H), which TEI's ``/embed_all`` answers.
+    states, ``token_embeddings`` (B, T, H), which TEI's ``/embed_all`` answers. ``request_defaults``: parameters
+    the served model answers with when a request leaves them out (``{"aggregation_strategy": "first"}``).
     """
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     if quantize not in QUANTIZATIONS:
@@ -215,6 +217,9 @@ def export_bundle(
         labels_problem = TASKS[task].labels_problem(facts.id2label)
         if labels_problem is not None:
             raise ExportError(f"{checkpoint_dir}: {labels_problem}")
+        defaults_problem = TASKS[task].request_defaults_problem(request_defaults or {})
+        if defaults_problem is not None:
+            raise ExportError(defaults_problem)
         model: nn.Module = load_for_export(checkpoint_dir, facts, task)
         embedding = _embedding_settings(checkpoint_dir, task, pooling, normalize)
         prompts, default_prompt_name = sentence_prompts(checkpoint_dir) if embedding is not None else ({}, None)
@@ -325,6 +330,7 @@ def export_bundle(
                 normalize=embedding.normalize if embedding is not None else False,
                 prompts=prompts,
                 default_prompt_name=default_prompt_name,
+                request_defaults=dict(request_defaults or {}),
                 do_lower_case=do_lower_case,
                 clean_up_tokenization_spaces=bool(settings.get("clean_up_tokenization_spaces", True)),
                 special_tokens=special,

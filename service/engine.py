@@ -288,6 +288,15 @@ class Engine:
         ids = np.array([ctx.cls_token_id] + [ctx.mask_token_id] * (length - 2) + [ctx.sep_token_id], dtype=np.int64)
         return [ModelRow(ids, np.zeros_like(ids)) for _ in range(count)]
 
+    def with_request_defaults(self, params: Any, explicit: frozenset[str] | None) -> Any:
+        """``params`` with the bundle's request defaults in place of the parameters the request left out."""
+        defaults = self.bundle.spec.request_defaults
+        if not defaults or explicit is None or not dataclasses.is_dataclass(params):
+            return params
+        names = {item.name for item in dataclasses.fields(params)}
+        chosen = {key: value for key, value in defaults.items() if key not in explicit and key in names}
+        return dataclasses.replace(params, **chosen) if chosen else params  # type: ignore[type-var]
+
     async def infer(self, inputs: list[Any], params: Any) -> list[Any]:
         """One request: prepare (inline when short, else thread pool) -> batcher -> postprocess; a result per input."""
         if self._stopping or not self._started:

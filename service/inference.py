@@ -33,6 +33,8 @@ class InferenceRequest:
     inputs: list[Any]
     params: Any
     model: str | None = None  # None: the only loaded model serving ``task``
+    # The parameters the request gave (None: all): the others take the model's request defaults, if it has any.
+    explicit: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +60,7 @@ async def run_inference(
     count, limit = len(request.inputs), settings.max_inputs_for(request.task)
     if count > limit:
         raise PayloadTooLarge(f"{count} inputs in one request; the limit is {limit}")
-    work = engine.infer(request.inputs, request.params)
+    work = engine.infer(request.inputs, engine.with_request_defaults(request.params, request.explicit))
     results = await (work if client_gone is None else until_disconnected(work, client_gone))
     return InferenceResult(engine.name, results)
 

@@ -58,7 +58,8 @@ class RouteTable:
 
 def as_inference(request: TaskRequest) -> InferenceRequest:
     inputs, params = request.to_task()
-    return InferenceRequest(task=request.task, inputs=inputs, params=params, model=request.model)
+    explicit = frozenset(request.model_fields_set)
+    return InferenceRequest(task=request.task, inputs=inputs, params=params, model=request.model, explicit=explicit)
 
 
 class InferenceEntry:

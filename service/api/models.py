@@ -30,6 +30,7 @@ async def list_models(registry: RegistryDep) -> ModelsResponse:
                 architecture=info.architecture,
                 mask_token=info.mask_token,
                 prompts=dict(engine.context.prompts),
+                request_defaults=dict(engine.bundle.spec.request_defaults),
                 batching=Batching(**info.batching) if info.batching else None,
                 quantization_eval=QuantizationEval(**info.quantization_eval) if info.quantization_eval else None,
                 ready=engine.ready,

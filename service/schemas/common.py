@@ -73,6 +73,11 @@ class ModelCard(BaseModel):
     mask_token: str | None = Field(
         None, description="fill-mask: the token a masked position is written with ([MASK] or <mask>); null otherwise."
     )
+    request_defaults: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Parameters this model answers with when a request leaves them out (bundle.json's), e.g. "
+        '{"aggregation_strategy": "first"}; a request that sends one overrides it.',
+    )
     prompts: dict[str, str] = Field(
         default_factory=dict, description="feature-extraction: the named prompts prompt_name picks from."
     )
