@@ -16,8 +16,8 @@ from tests.service.tiny_models import TinyModel
 
 pytest.importorskip("torch")
 
-from model_export.__main__ import build_parser  # noqa: E402
-from model_export.export import ExportError, export_bundle  # noqa: E402
+from model_export.__main__ import build_parser
+from model_export.export import ExportError, export_bundle
 
 TEXTS = ["John Smith lives in Paris and works for the United Nations.", "Mary visited Berlin, London and Rome."]
 
