@@ -73,8 +73,11 @@ DEMOS: tuple[DemoSpec, ...] = (
         ("--max-length", "24", "--max-steps", "60", "--batch-size", "16", "--lr", "3e-4"),
     ),
 )  # fmt: skip
-# The training CLI's progress bar, when its output goes to a log file: a line every 30 s, not one per step.
-QUIET_TRAINING_ENV = {"TQDM_MININTERVAL": "30"}
+# The training CLI's progress bar (step, loss, elapsed, estimate) is written every 10 s, not once per step; a quiet
+# build shows its latest state on the console at that pace (PROGRESS_EVERY_S).
+QUIET_TRAINING_ENV = {"TQDM_MININTERVAL": "10"}
+PROGRESS_EVERY_S = 10.0
+BUILD_LOG = "build.log"  # the training and export logs, kept beside the bundle they made
 
 
 def base_model_path() -> Path:
@@ -107,6 +110,7 @@ def run_step(
     """
     started, cpu_started = time.monotonic(), children_cpu_seconds()
     env = {**os.environ, **OFFLINE_ENV, **(env or {})}
+    shown = started
     with log_file.open("wb") as log, subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
     ) as process:
@@ -117,11 +121,26 @@ def run_step(
             if echo:
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.flush()
+            elif time.monotonic() - shown >= PROGRESS_EVERY_S:
+                shown = time.monotonic()
+                _show_progress(what, chunk, shown - started)
         returncode = process.wait()
     if returncode != 0:
         tail = log_file.read_text(errors="replace").splitlines()[-20:]
         raise RuntimeError(f"{what} failed (exit {returncode}); log {log_file}:\n" + "\n".join(tail))
     return time.monotonic() - started, children_cpu_seconds() - cpu_started
+
+
+_progress_shown = False  # whether progress lines broke the current model's one-line summary
+
+
+def _show_progress(what: str, chunk: bytes, elapsed_s: float) -> None:
+    """The latest line of a step's output (the progress bar's state), on its own console line."""
+    global _progress_shown
+    lines = [line.strip() for line in chunk.decode(errors="replace").replace("\r", "\n").splitlines() if line.strip()]
+    latest = lines[-1] if lines else "working"
+    print(f"\n    {what}, {elapsed_s:.0f} s: {latest}", end="", flush=True)
+    _progress_shown = True
 
 
 def trained_steps(checkpoint: Path) -> int | None:
@@ -161,12 +180,19 @@ def build_demo(
     target = out / spec.name
     shutil.rmtree(target, ignore_errors=True)
     shutil.move(str(staging), str(target))
+    with (target / BUILD_LOG).open("wb") as kept:
+        for log in (folder / "train.log", folder / "export.log"):
+            kept.write(f"==> {log.name}\n".encode() + log.read_bytes())
     _part(f"exported in {export_s:.0f} s", echo)
     return {"train_s": train_s, "export_s": export_s, "steps": float(steps or 0)}
 
 
 def _part(text: str, echo: bool, sep: str = " ") -> None:
-    """One part of a model's progress line (its own line when the tools' output is shown between the parts)."""
+    """One part of a model's progress line (its own line when the tools' output or progress lines came between)."""
+    global _progress_shown
+    if _progress_shown and not echo:
+        print("\n   ", end="", flush=True)
+        _progress_shown = False
     print(f"  {text}" if echo else f"{sep}{text}", end="\n" if echo else "", flush=True)
 
 
@@ -198,7 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     check = not args.no_check
     with tempfile.TemporaryDirectory(prefix="bertserve-demo-") as scratch:
         work = args.work or Path(scratch)
-        print(f"building {len(todo)} demo model(s) into {args.out}/ (logs: {work}/<name>/*.log)", flush=True)
+        print(
+            f"building {len(todo)} demo model(s) into {args.out}/ (logs: {work}/<name>/*.log while building, "
+            f"then {args.out}/<name>/{BUILD_LOG})",
+            flush=True,
+        )
         for number, spec in enumerate(todo, 1):
             if not args.force and is_built(args.out / spec.name):
                 print(f"[{number}/{len(todo)}] demo {spec.name}: built meanwhile (another run?), skipping")
