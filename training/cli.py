@@ -42,10 +42,23 @@ Each run writes the best checkpoint (by the task's main metric on --eval) and me
 """
 
 
+class DefaultsShown(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written; every option with a default says it, from the value the parser really uses."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS) and action.option_strings
+        if shown and "default" not in text:
+            text = f"{text} (default: %(default)s)".strip()
+        return text
+
+
 def _add_training_arguments(parser: argparse.ArgumentParser, defaults: TrainingArguments) -> None:
     group = parser.add_argument_group("optimisation")
     group.add_argument("--batch-size", type=int, default=defaults.batch_size, help="per-process batch size")
-    group.add_argument("--eval-batch-size", type=int, default=defaults.eval_batch_size)
+    group.add_argument(
+        "--eval-batch-size", type=int, default=defaults.eval_batch_size, help="batch size when evaluating"
+    )
     group.add_argument("--lr", type=float, default=defaults.learning_rate, help="peak AdamW learning rate")
     group.add_argument(
         "--weight-decay", type=float, default=defaults.weight_decay, help="not applied to biases/LayerNorm"
@@ -57,7 +70,7 @@ def _add_training_arguments(parser: argparse.ArgumentParser, defaults: TrainingA
         "--layer-decay", type=float, default=defaults.layer_decay,
         help="layer-wise lr decay: each layer below the heads trains at this factor of the one above (1: off)",
     )  # fmt: skip
-    group.add_argument("--seed", type=int, default=defaults.seed)
+    group.add_argument("--seed", type=int, default=defaults.seed, help="data order, initialisation and masking")
     group.add_argument(
         "--group-by-length", action="store_true",
         help="batch examples of similar length together (less padding, faster on CPU)",
@@ -73,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m training",
         description=DESCRIPTION,
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=DefaultsShown,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True, metavar="{pretrain,finetune}")
@@ -89,10 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     pretrain.add_argument("--out", type=Path, required=True, help="output checkpoint folder")
     pretrain.add_argument("--tokenizer", type=Path, help="folder with tokenizer.json or vocab.txt (default: train one)")
     pretrain.add_argument("--vocab-size", type=int, default=8000, help="WordPiece vocabulary size when training one")
-    pretrain.add_argument("--layers", type=int, default=4)
-    pretrain.add_argument("--hidden", type=int, default=256)
-    pretrain.add_argument("--heads", type=int, default=4)
-    pretrain.add_argument("--intermediate", type=int, default=1024)
+    pretrain.add_argument("--layers", type=int, default=4, help="encoder layers")
+    pretrain.add_argument("--hidden", type=int, default=256, help="hidden size")
+    pretrain.add_argument("--heads", type=int, default=4, help="attention heads")
+    pretrain.add_argument("--intermediate", type=int, default=1024, help="feed-forward size")
     pretrain.add_argument("--max-length", type=int, default=128, help="tokens per sentence pair")
     pretrain.add_argument("--steps", type=int, default=1000, help="optimiser steps")
     pretrain.add_argument("--eval-every", type=int, help="evaluate on held-out pairs every N steps (default steps/10)")
@@ -104,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         "finetune",
         help="fine-tune a BERT checkpoint for one of the four serving tasks",
         description="Fine-tune a BERT checkpoint folder (Hugging Face layout) for a task and keep the best epoch.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=DefaultsShown,
         epilog="data formats:\n"
         "  text-classification   CSV, TSV (GLUE style, no quoting) or JSONL with a text column, optional text-pair\n"
         "                        column and a label column (auto-detected: sentence/text/sentence1, sentence2, label)\n"
@@ -113,12 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
         '                        JSONL {"tokens": [...], "tags": [...]}; the first sub-token of a word is labelled\n'
         "  fill-mask             plain text, one passage per line (continued MLM training)",
     )
-    finetune.add_argument("--task", required=True, choices=FINETUNE_TASKS)
+    finetune.add_argument("--task", required=True, choices=FINETUNE_TASKS, help="the head to train")
     finetune.add_argument("--base", type=Path, required=True, help="BERT checkpoint folder to start from")
     finetune.add_argument("--train", type=Path, required=True, help="training data file")
     finetune.add_argument("--eval", type=Path, help="evaluation data file (evaluated after every epoch)")
     finetune.add_argument("--out", type=Path, required=True, help="output checkpoint folder")
-    finetune.add_argument("--epochs", type=float, default=3.0)
+    finetune.add_argument("--epochs", type=float, default=3.0, help="passes over --train")
     finetune.add_argument("--max-steps", type=int, help="stop after this many optimiser steps (overrides --epochs)")
     finetune.add_argument("--max-length", type=int, default=128, help="tokens per example / window")
     finetune.add_argument("--max-train-samples", type=int, help="use only the first N training examples")
@@ -144,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--doc-stride", type=int,
         help="tokens shared by neighbouring context windows (default: a third of --max-length, 128 at 384)",
     )  # fmt: skip
-    qa.add_argument("--max-query-length", type=int, default=64)
+    qa.add_argument("--max-query-length", type=int, default=64, help="question tokens kept")
     qa.add_argument(
         "--max-answer-length", type=int, default=QA_DEFAULTS["max_answer_len"],
         help="longest answer span in tokens, when evaluating (the question-answering pipeline's default)",

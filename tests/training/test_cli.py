@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -183,6 +184,15 @@ def test_help_names_every_option_group(capsys) -> None:
     shown = capsys.readouterr().out
     assert exited.value.code == 0
     assert all(option in shown for option in ("--task", "--doc-stride", "--articles", "--text-column", "--grad-accum"))
+
+
+def test_help_gives_the_defaults_the_parser_uses(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["finetune", "--help"])
+    shown = " ".join(capsys.readouterr().out.split("options:", 1)[1].split())  # the option list, lines joined
+    for option, value in (("--epochs", "3.0"), ("--lr", "5e-05"), ("--batch-size", "32"), ("--max-length", "128")):
+        found = re.search(re.escape(option) + r" [A-Z_]+ [^()]*\(default: ([^)]*)\)", shown)
+        assert found is not None and found.group(1) == value, option
 
 
 def test_bad_input_as_a_process_exits_non_zero_without_traceback(tmp_path: Path) -> None:
