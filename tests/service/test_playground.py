@@ -18,6 +18,7 @@ from service.app import create_app
 from service.settings import Settings
 from tests.service.apptools import free_port, real_server
 from tests.service.browser import (
+    SELECT_MODEL,
     BrowserMissing,
     answer_mark,
     entity_marks,
@@ -117,6 +118,16 @@ def test_without_the_key_the_page_says_the_server_wants_one(server_url: str) -> 
 def test_the_page_lists_the_served_models(browser: WebDriver) -> None:
     options = browser.find_elements(By.CSS_SELECTOR, "#model option")
     assert sorted(str(option.get_attribute("value")) for option in options) == sorted(SERVED_TASKS)
+
+
+def test_the_curl_box_shows_the_request_before_the_first_run_and_follows_the_form(browser: WebDriver) -> None:
+    browser.execute_script(SELECT_MODEL, "text-classification")
+    before = shown_curl(browser)
+    assert before.url.endswith("/v1/text-classification") and before.body["model"] == "text-classification"
+    field = browser.find_element(By.ID, "text")
+    field.clear()
+    field.send_keys("typed, not run")
+    assert shown_curl(browser).body["inputs"] == "typed, not run"
 
 
 def test_text_classification_shows_every_label_with_its_score(browser: WebDriver) -> None:

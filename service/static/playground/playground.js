@@ -90,8 +90,16 @@ function showModel() {
   for (const [field, value] of Object.entries(EXAMPLES[task] || {})) $(field).value = value;
   $("text-pair").value = "";
   $("result").replaceChildren();
-  $("curl").textContent = "";
+  showCurl();
   $("raw").textContent = "";
+}
+
+// The curl command of the request the form would send now: shown before the first run, kept up to date while typing.
+function showCurl() {
+  const model = currentModel();
+  if (!model) return;
+  const [path, request] = requestFor(model);
+  $("curl").textContent = curlCommand(path, request);
 }
 
 function requestFor(model) {
@@ -273,4 +281,5 @@ $("api-key").addEventListener("change", () => {
 });
 $("model").addEventListener("change", showModel);
 $("request-form").addEventListener("submit", run);
+$("request-form").addEventListener("input", showCurl);
 loadModels().catch((error) => setStatus("error", String(error)));
