@@ -58,7 +58,7 @@ class RouteTable:
 
 def as_inference(request: TaskRequest) -> InferenceRequest:
     inputs, params = request.to_task()
-    explicit = frozenset(request.model_fields_set)
+    explicit = request.given_fields()
     return InferenceRequest(task=request.task, inputs=inputs, params=params, model=request.model, explicit=explicit)
 
 

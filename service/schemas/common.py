@@ -151,6 +151,18 @@ class TaskRequest(BaseModel):
         None, description="Model name; may be omitted when exactly one loaded model serves this task."
     )
 
+    def given_fields(self) -> frozenset[str]:
+        """The fields the request set to something other than their documented default. A field sent at its default
+        counts as left out (clients generated from the OpenAPI document send every field), so it neither clashes
+        with another field nor overrides a model's request default."""
+        given = set()
+        for name in self.model_fields_set:
+            field = type(self).model_fields[name]
+            default = field.get_default(call_default_factory=True)
+            if getattr(self, name) != default:
+                given.add(name)
+        return frozenset(given)
+
     def input_list(self) -> list[Any]:
         """The inputs as a list (a single input becomes a list of one)."""
         raise NotImplementedError

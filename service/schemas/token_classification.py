@@ -9,7 +9,8 @@ from service.tasks import TokenClassificationParams, WordsInput
 
 Word = Annotated[str, Field(min_length=1)]
 WordList = Annotated[list[Word], Field(min_length=1)]
-# settings the word mode has no use for: sending them with ``words`` is a 422, not silently ignored
+# settings the word mode has no use for: sending them with ``words`` (at other than their default) is a 422, not
+# silently ignored
 TEXT_ONLY_FIELDS = ("aggregation_strategy", "ignore_labels")
 
 
@@ -57,7 +58,7 @@ class TokenClassificationRequest(TaskRequest):
         if (self.inputs is None) == (self.words is None):
             raise ValueError("send exactly one of inputs (texts) and words (lists of pre-split words)")
         if self.words is not None:
-            explicit = [name for name in TEXT_ONLY_FIELDS if name in self.model_fields_set]
+            explicit = [name for name in TEXT_ONLY_FIELDS if name in self.given_fields()]
             if explicit:
                 raise ValueError(f"{' and '.join(explicit)}: for texts only, not for words (every word gets one entry)")
         return self

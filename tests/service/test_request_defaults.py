@@ -43,15 +43,28 @@ def entities(client: TestClient, model: str, **params: Any) -> list[Any]:
 def test_a_left_out_parameter_takes_the_bundle_default(client: TestClient) -> None:
     plain_first = entities(client, "ner", aggregation_strategy="first")
     assert entities(client, "ner-first") == plain_first
-    for strategy in ("simple", "none", "max"):
+    for strategy in ("none", "max", "average"):
         assert entities(client, "ner-first", aggregation_strategy=strategy) == entities(
             client, "ner", aggregation_strategy=strategy
         )
+    # Sent at its documented default ("simple"), a field counts as left out: generated clients send every field.
+    assert entities(client, "ner-first", aggregation_strategy="simple") == plain_first
     hf = client.post("/models/ner-first", json={"inputs": TEXTS[0]})
     assert hf.status_code == 200 and hf.json() == plain_first[0]
     listed = {card["name"]: card for card in client.get("/v1/models").json()["models"]}
     assert listed["ner-first"]["request_defaults"] == {"aggregation_strategy": "first"}
     assert listed["ner"]["request_defaults"] == {}
+
+
+def test_words_take_the_text_only_fields_at_their_defaults(client: TestClient) -> None:
+    words = ["John", "Smith", "lives", "in", "Paris", "."]
+    plain = client.post("/v1/token-classification", json={"model": "ner", "words": words})
+    every_field = {"model": "ner", "words": words, "inputs": None, "aggregation_strategy": "simple",
+                   "ignore_labels": ["O"], "stride": None}  # fmt: skip
+    sent = client.post("/v1/token-classification", json=every_field)
+    assert plain.status_code == sent.status_code == 200 and plain.json() == sent.json()
+    refused = client.post("/v1/token-classification", json={**every_field, "aggregation_strategy": "first"})
+    assert refused.status_code == 422 and "aggregation_strategy: for texts only" in refused.text
 
 
 def test_export_refuses_what_the_task_does_not_take(tiny_models: dict[str, TinyModel], tmp_path: Path) -> None:
