@@ -17,11 +17,14 @@ from service.settings import Settings
 
 
 class EchoEngine:
-    """Just what run_inference needs of an engine: name, task, infer."""
+    """Just what run_inference needs of an engine: name, task, request defaults (none), infer."""
 
     def __init__(self, name: str, task: str, delay_s: float = 0.0) -> None:
         self.name, self.task, self.delay_s = name, task, delay_s
         self.started = asyncio.Event()
+
+    def with_request_defaults(self, params: Any, explicit: frozenset[str] | None) -> Any:
+        return params
 
     async def infer(self, inputs: list[Any], params: Any) -> list[Any]:
         self.started.set()
