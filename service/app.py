@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from service.api import ROUTERS
 from service.api.entry import InferenceEntry
+from service.api.operation_ids import operation_id
 from service.api.protocols import INFERENCE_ROUTES
 from service.engine import Engine
 from service.errors import ServiceError, error_body, http_error_type
@@ -147,6 +148,7 @@ def create_app(
         description=API_DESCRIPTION,
         lifespan=lifespan,
         redirect_slashes=False,  # a trailing slash is a 404 in the error shape, not an empty 307
+        generate_unique_id_function=operation_id,
         docs_url=None,  # /docs and /redoc come from service.api.docs, with their assets served locally
         redoc_url=None,
     )

@@ -187,6 +187,19 @@ GENERIC_ERRORS: tuple[type[ServiceError], ...] = (
     RequestTimeout,
 )
 HTTP_ERROR_TYPES: dict[int, str] = {error.status_code: error.error_type for error in GENERIC_ERRORS}
+
+
+def _every_error_type() -> tuple[str, ...]:
+    found, todo = {ServiceError.error_type}, [ServiceError]
+    while todo:
+        for subclass in todo.pop().__subclasses__():
+            found.add(subclass.error_type)
+            todo.append(subclass)
+    return tuple(sorted(found | set(HTTP_ERROR_TYPES.values()) | {"client_error", "server_error"}))
+
+
+# Every ``error.type`` an answer can carry (the OpenAPI document lists them as an enum).
+ERROR_TYPES: tuple[str, ...] = _every_error_type()
 assert len(HTTP_ERROR_TYPES) == len(GENERIC_ERRORS), "one generic error per status code"
 
 

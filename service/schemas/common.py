@@ -6,7 +6,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contract.bundle import PRECISIONS, QUANTIZATIONS
 from contract.tasks import TASK_NAMES
+from service.errors import ERROR_TYPES
 
 # Bounds that cannot change an answer (no bundle is longer than 512 tokens) but keep numbers sane.
 MAX_TOKENS = 512
@@ -21,12 +23,22 @@ def examples(*bodies: Any, strict: bool = False) -> ConfigDict:
     return config
 
 
-class ErrorDetail(BaseModel):
-    type: str = Field(description="Machine-readable error kind, e.g. bad_request, model_not_found, overloaded.")
+class SentInFull(BaseModel):
+    """A response the server always sends whole: in the OpenAPI document every field is required (a field with a
+    default is still sent), so generated clients need no fallback for it."""
+
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
+
+class ErrorDetail(SentInFull):
+    type: str = Field(
+        description="Machine-readable error kind, e.g. bad_request, model_not_found, overloaded.",
+        json_schema_extra={"enum": list(ERROR_TYPES)},
+    )
     message: str = Field(description="What went wrong, for humans.")
 
 
-class ErrorResponse(BaseModel):
+class ErrorResponse(SentInFull):
     """The body of every 4xx/5xx response."""
 
     model_config = examples({"error": {"type": "model_not_found", "message": "no model named 'x'"}})
@@ -34,7 +46,7 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
-class Batching(BaseModel):
+class Batching(SentInFull):
     """The batch limits and ORT threads a model runs with: tuned at start-up or as configured."""
 
     max_batch_tokens: int
@@ -49,7 +61,7 @@ class Batching(BaseModel):
     tune_seconds: float = Field(0.0, description="Time start-up tuning took for this model.")
 
 
-class QuantizationEval(BaseModel):
+class QuantizationEval(SentInFull):
     """fp32 and int8 scored at export on labelled rows (``--eval-data``), in percent of the task's metric."""
 
     metric: str
@@ -62,13 +74,13 @@ class QuantizationEval(BaseModel):
     int8_accepted: bool = Field(description="Whether the int8 graph was written (false: the bundle kept fp32).")
 
 
-class ModelCard(BaseModel):
+class ModelCard(SentInFull):
     name: str
-    task: str = Field(description=f"The task it serves, one of: {', '.join(TASK_NAMES)}.")
+    task: str = Field(description="The task it serves.", json_schema_extra={"enum": list(TASK_NAMES)})
     labels: list[str] = Field(description="Label names in id order (classification tasks; empty otherwise).")
     max_length: int = Field(description="Longest row the model takes, in tokens, special tokens included.")
-    quantization: str = Field(description="none or int8")
-    precision: str = Field(description="fp32 or fp16")
+    quantization: str = Field(description="Weights' quantization.", json_schema_extra={"enum": list(QUANTIZATIONS)})
+    precision: str = Field(description="Compute precision.", json_schema_extra={"enum": list(PRECISIONS)})
     architecture: str = Field(description="The checkpoint's architecture, e.g. RobertaForSequenceClassification.")
     mask_token: str | None = Field(
         None, description="fill-mask: the token a masked position is written with ([MASK] or <mask>); null otherwise."
@@ -88,7 +100,7 @@ class ModelCard(BaseModel):
     ready: bool
 
 
-class OpenAIModel(BaseModel):
+class OpenAIModel(SentInFull):
     """A model as OpenAI's ``GET /v1/models`` lists it (what OpenAI clients' ``models.list()`` reads)."""
 
     id: str = Field(description="The model's name, as requests name it.")
@@ -97,14 +109,14 @@ class OpenAIModel(BaseModel):
     owned_by: str = "bertserve"
 
 
-class BrokenModel(BaseModel):
+class BrokenModel(SentInFull):
     """A bundle that could not be loaded, skipped at start-up (skip_broken)."""
 
     name: str
     reason: str = Field(description="What is wrong with the bundle.")
 
 
-class ModelsResponse(BaseModel):
+class ModelsResponse(SentInFull):
     model_config = examples(
         {
             "models": [
@@ -133,7 +145,7 @@ class ModelsResponse(BaseModel):
     )
 
 
-class HealthResponse(BaseModel):
+class HealthResponse(SentInFull):
     model_config = examples({"status": "ok", "models": {"sst2": True, "conll": True}})
 
     status: Literal["ok"] = Field(description="Always ok: a service that is not ready answers 503 with an error body.")

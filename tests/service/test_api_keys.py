@@ -95,7 +95,7 @@ def test_the_generated_client_sends_the_key(tmp_path: Path) -> None:
         sys.path.insert(0, str(tmp_path))
         try:
             generated = importlib.import_module("keyed_client")
-            list_models = importlib.import_module("keyed_client.api.models.list_models_v1_models_get")
+            list_models = importlib.import_module("keyed_client.api.models.list_models")
             keyed = generated.AuthenticatedClient(base_url=url, token=KEYS[1])
             assert list_models.sync_detailed(client=keyed).status_code == 200
             assert list_models.sync_detailed(client=generated.Client(base_url=url)).status_code == 401

@@ -69,18 +69,15 @@ def test_generated_typed_client_round_trips(server_url: str, tmp_path: Path) -> 
         client_module = importlib.import_module("bertserve_client")
         models = importlib.import_module("bertserve_client.models")
         api = "bertserve_client.api"
-        list_models = importlib.import_module(f"{api}.models.list_models_v1_models_get")
-        classify = importlib.import_module(f"{api}.text_classification.text_classification_v1_text_classification_post")
-        answer = importlib.import_module(f"{api}.question_answering.question_answering_v1_question_answering_post")
-        entities = importlib.import_module(
-            f"{api}.token_classification.token_classification_v1_token_classification_post"
-        )
-        fill = importlib.import_module(f"{api}.fill_mask.fill_mask_v1_fill_mask_post")
-        rerank = importlib.import_module(f"{api}.rerank.rerank_v1_rerank_post")
-        tei_rerank = importlib.import_module(f"{api}.rerank.tei_rerank_rerank_post")
-        zero_shot = importlib.import_module(
-            f"{api}.zero_shot_classification.zero_shot_classification_v1_zero_shot_classification_post"
-        )
+        # Function modules are named by the operationIds (service.api.operation_ids), folders by the tags.
+        list_models = importlib.import_module(f"{api}.models.list_models")
+        classify = importlib.import_module(f"{api}.text_classification.text_classification")
+        answer = importlib.import_module(f"{api}.question_answering.question_answering")
+        entities = importlib.import_module(f"{api}.token_classification.token_classification")
+        fill = importlib.import_module(f"{api}.fill_mask.fill_mask")
+        rerank = importlib.import_module(f"{api}.rerank.rerank")
+        tei_rerank = importlib.import_module(f"{api}.rerank.tei_rerank")
+        zero_shot = importlib.import_module(f"{api}.zero_shot_classification.zero_shot_classification")
         client = client_module.Client(base_url=server_url)
 
         cards = list_models.sync(client=client)

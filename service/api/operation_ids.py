@@ -1,0 +1,60 @@
+"""Every route's OpenAPI operationId, chosen here once: short, stable names that generated clients make their
+functions of (openapi-python-client: ``text_classification``; @hey-api/openapi-ts: ``textClassification``).
+
+FastAPI would make them from the function name, path and method (``text_classification_v1_text_classification_post``),
+so they changed with any path. A route that is not in the table is a start-up error, not a generated name.
+"""
+
+from __future__ import annotations
+
+from fastapi.routing import APIRoute
+
+OPERATION_IDS: dict[str, str] = {  # the route's name (its function's, or InferenceRoute.operation) -> operationId
+    "list_models": "listModels",
+    "text_classification": "textClassification",
+    "question_answering": "questionAnswering",
+    "token_classification": "tokenClassification",
+    "fill_mask": "fillMask",
+    "zero_shot_classification": "zeroShotClassification",
+    "rerank": "rerank",
+    "tei_rerank": "teiRerank",
+    "rerank_v2": "rerankV2",
+    "embeddings": "createEmbeddings",
+    "tokenize": "tokenize",
+    "decode": "decode",
+    "info": "info",
+    "embed": "embed",
+    "embed_all": "embedAll",
+    "embed_sparse": "embedSparse",
+    "predict": "predict",
+    "server_live": "serverLive",
+    "server_ready": "serverReady",
+    "server_metadata": "serverMetadata",
+    "model_metadata": "modelMetadata",
+    "model_version_metadata": "modelVersionMetadata",
+    "model_ready": "modelReady",
+    "model_version_ready": "modelVersionReady",
+    "infer": "modelInfer",
+    "infer_version": "modelVersionInfer",
+    "hf_inference": "hfInference",
+    "hf_inference_default": "hfInferenceDefault",
+    "root": "root",
+    "live": "live",
+    "ready": "ready",
+    "metrics": "metrics",
+}
+
+
+class UnnamedOperation(LookupError):
+    """A route added without an operationId in OPERATION_IDS."""
+
+
+def operation_id(route: APIRoute) -> str:
+    """FastAPI's ``generate_unique_id_function``: the route's id from the table (a route left out of the document,
+    such as /docs, keeps its name)."""
+    if not route.include_in_schema:
+        return route.name
+    try:
+        return OPERATION_IDS[route.name]
+    except KeyError:
+        raise UnnamedOperation(f"route {route.name!r} ({route.path}) has no operationId in OPERATION_IDS") from None
