@@ -11,7 +11,7 @@ import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from contract.decoding import DecodeInputError
-from service.tasks.base import InputError, ModelRow
+from service.tasks.base import InputError, ModelContext, ModelRow, Prepared
 
 _VOCABULARY_CACHE_SIZE = 32
 _COPIES_PER_THREAD = 16
@@ -102,6 +102,20 @@ def require_fit(encodings: list[Encoding], max_length: int, too_long: Callable[[
     for index, encoding in enumerate(encodings):
         if len(encoding.ids) > max_length:
             raise InputError(too_long(index, len(encoding.ids)))
+
+
+def one_row_per_text(ctx: ModelContext, texts: list[str], truncate: bool, direction: str = "right") -> list[Prepared]:
+    """Embedding-style inputs: each text one model row, cut to the model's max length from ``direction`` when
+    ``truncate``, else a client error naming the first text that is too long (TEI's rule)."""
+    tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, direction=direction) if truncate else ctx.tokenizer
+    encodings = encode_batch(tokenizer, texts, "text")
+    if not truncate:
+        require_fit(
+            encodings, ctx.max_length,
+            lambda index, tokens: f"input {index} is {tokens} tokens long; the model takes at most "
+            f"{ctx.max_length} (truncate: true cuts it)",
+        )  # fmt: skip
+    return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
 
 
 def to_sequence(encoding: Encoding) -> ModelRow:

@@ -17,7 +17,7 @@ import numpy as np
 
 from contract.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import encode_batch, require_fit, require_text, to_sequence, truncating_tokenizer
+from service.tasks.common import one_row_per_text, require_text
 
 DIRECTIONS = ("right", "left")
 
@@ -99,18 +99,7 @@ class FeatureExtractionHandler:
         direction = _check_params(params)
         prompt = _prompt(ctx, params.prompt_name)
         texts = [prompt + _text(item, index) for index, item in enumerate(inputs)]
-        if params.truncate:
-            tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, direction=direction)
-        else:
-            tokenizer = ctx.tokenizer  # no truncation configured: the lengths below are the texts' own
-        encodings = encode_batch(tokenizer, texts, "text")
-        if not params.truncate:
-            require_fit(
-                encodings, ctx.max_length,
-                lambda index, tokens: f"input {index} is {tokens} tokens long; the model takes at most "
-                f"{ctx.max_length} (truncate: true cuts it)",
-            )  # fmt: skip
-        return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
+        return one_row_per_text(ctx, texts, params.truncate, direction)
 
     def postprocess(
         self,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from service.tasks.base import ModelContext, Prepared
-from service.tasks.common import encode_batch, require_fit, require_text, to_sequence, truncating_tokenizer
+from service.tasks.common import one_row_per_text, require_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,19 +31,8 @@ class SparseEmbedding:
 
 
 def prepare_sparse(ctx: ModelContext, inputs: list[Any], params: SparseEmbeddingParams) -> list[Prepared]:
-    texts = [require_text(item) for item in inputs]
-    if params.truncate:
-        tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, direction=params.truncation_direction)
-    else:
-        tokenizer = ctx.tokenizer
-    encodings = encode_batch(tokenizer, texts, "text")
-    if not params.truncate:
-        require_fit(
-            encodings, ctx.max_length,
-            lambda index, tokens: f"input {index} is {tokens} tokens long; the model takes at most "
-            f"{ctx.max_length} (truncate: true cuts it)",
-        )  # fmt: skip
-    return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
+    texts = [require_text(item, f"input {index}") for index, item in enumerate(inputs)]
+    return one_row_per_text(ctx, texts, params.truncate, params.truncation_direction)
 
 
 def sparse_vector(prepared: Prepared, outputs: list[dict[str, np.ndarray]]) -> SparseEmbedding:

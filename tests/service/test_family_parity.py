@@ -24,19 +24,14 @@ from model_export.family_checkpoints import KITS, build_family_checkpoint, corpu
 from service.app import create_app  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from tests.service.test_http_parity import SENTENCES, assert_item, assert_ranked_same  # noqa: E402
+from tests.service.test_http_parity import TEXTS as HTTP_TEXTS  # noqa: E402
 
 TASKS = ("text-classification", "token-classification", "question-answering", "fill-mask")
 FAMILIES = [model_type for model_type in KITS if model_type != "bert"]
 # A long text that does not repeat itself: repeated sentences give the same answer text in many windows, whose
 # scores the QA pipeline sums over its per-window top-k cut, where near-equal small candidates swap under rounding.
 LONG_TEXT = " ".join([*SENTENCES, *islice(corpus(seed=7), 24)])
-TEXTS = [
-    "The movie was wonderful, the actors were brilliant!",
-    "  a   terrible,\tboring film ...  ",
-    "Café naïve résumé — 東京 🙂",
-    "Unbelievably, Geneva's bankers didn't care.",
-    LONG_TEXT,
-]
+TEXTS = [*HTTP_TEXTS[:4], LONG_TEXT]  # the BERT parity test's texts, its long one (repeated sentences) replaced
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

@@ -59,7 +59,7 @@ def test_sparse_weights_equal_torch_and_sentence_transformers(
         indices = [value["index"] for value in item]
         assert indices == sorted(indices) and all(value["value"] > 0 for value in item)
     sparse_encoder = pytest.importorskip("sentence_transformers.sparse_encoder")
-    from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
 
     modules = [MLMTransformer(str(checkpoint)), SpladePooling("max")]
     encoder = sparse_encoder.SparseEncoder(modules=modules, device="cpu")
