@@ -13,7 +13,6 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -24,17 +23,18 @@ from starlette.routing import Route
 
 from service.api import ROUTERS
 from service.api.entry import InferenceEntry
+from service.api.openapi_doc import finish_document
 from service.api.operation_ids import operation_id
 from service.api.protocols import INFERENCE_ROUTES
 from service.engine import Engine
 from service.errors import ServiceError, error_body, http_error_type
 from service.metrics import ServiceMetrics
 from service.middleware import (
-    OPEN_PATH_PREFIXES,
     ApiKeyMiddleware,
     BodyReadMiddleware,
     ConcurrencyLimitMiddleware,
     MetricsMiddleware,
+    open_path_prefixes,
 )
 from service.oip import HEADER_LENGTH
 from service.registry import ModelRegistry, load_engines
@@ -178,9 +178,11 @@ def create_app(
         max_body_readers=settings.max_body_readers,
         max_body_buffer_bytes=settings.max_body_buffer_bytes,
     )
+    open_paths = None
     if settings.api_keys:
         app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, protect_metrics=settings.protect_metrics)
-        _declare_bearer_auth(app)
+        open_paths = open_path_prefixes(settings.protect_metrics)
+    finish_document(app, open_paths)
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_paths=known_paths)
     if settings.cors_allow_origins:  # outermost: a preflight is answered before keys and limits apply
         app.add_middleware(
@@ -192,26 +194,6 @@ def create_app(
             max_age=600,
         )
     return app
-
-
-def _declare_bearer_auth(app: FastAPI) -> None:
-    """OpenAPI says every route needs a bearer token (generated clients then send it); health stays open."""
-    build = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = build()
-            bearer = {"bearerAuth": {"type": "http", "scheme": "bearer"}}
-            schema.setdefault("components", {})["securitySchemes"] = bearer
-            schema["security"] = [{"bearerAuth": []}]
-            for path, operations in schema.get("paths", {}).items():
-                if path.startswith(OPEN_PATH_PREFIXES):
-                    for operation in operations.values():
-                        operation["security"] = []
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _log_start_failure(task: asyncio.Task[None]) -> None:

@@ -15,6 +15,11 @@ from service.metrics import ServiceMetrics
 
 # Paths an API key never guards: the health probes, the service's own and the Open Inference Protocol's.
 OPEN_PATH_PREFIXES = ("/health", "/v2/health")
+
+
+def open_path_prefixes(protect_metrics: bool) -> tuple[str, ...]:
+    """The paths an API key does not guard: health, and metrics unless protected."""
+    return OPEN_PATH_PREFIXES if protect_metrics else (*OPEN_PATH_PREFIXES, "/metrics")
 # The playground page and its files (the page asks for the key and sends it on its API calls); / redirects there.
 PLAYGROUND_PATHS = frozenset({"/", "/playground"})
 PLAYGROUND_PREFIX = "/playground/"
@@ -65,7 +70,7 @@ class ApiKeyMiddleware:
     def __init__(self, app: ASGIApp, keys: Sequence[str], protect_metrics: bool = False) -> None:
         self.app = app
         self.keys = [key.encode() for key in keys]
-        self.open_prefixes = OPEN_PATH_PREFIXES if protect_metrics else (*OPEN_PATH_PREFIXES, "/metrics")
+        self.open_prefixes = open_path_prefixes(protect_metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._open(scope["path"]) or self._authorised(scope):

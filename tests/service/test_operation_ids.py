@@ -51,3 +51,21 @@ def test_always_sent_fields_are_required_and_closed_sets_are_enums() -> None:
     error_types = schemas["ErrorDetail"]["properties"]["type"]["enum"]
     assert {"bad_request", "model_not_found", "overloaded", "unauthorized"} <= set(error_types)
     assert all(cls.error_type in error_types for cls in ServiceError.__subclasses__())
+
+
+def test_documented_errors_are_the_real_ones() -> None:
+    plain = create_app(Settings(models=[])).openapi()  # type: ignore[call-arg]
+    keyed = create_app(Settings(models=[], api_keys=["k"])).openapi()  # type: ignore[call-arg]
+    for document in (plain, keyed):
+        assert "HTTPValidationError" not in str(document)  # FastAPI's 422 for path parameters cannot happen here
+    assert not any("401" in op["responses"] for path in plain["paths"].values() for op in path.values())
+    for path, operations in keyed["paths"].items():
+        for operation in operations.values():
+            if path.startswith(("/health", "/v2/health", "/metrics")):
+                assert operation["security"] == [] and "401" not in operation["responses"], path
+                continue
+            body = operation["responses"]["401"]["content"]["application/json"]["schema"]["$ref"]
+            oip = (path == "/v2" or path.startswith("/v2/")) and path != "/v2/rerank"  # /v2/rerank is Cohere's
+            assert body.endswith("/V2Error" if oip else "/ErrorResponse"), path
+    v2_metadata = keyed["paths"]["/v2/models/{name}"]["get"]["responses"]
+    assert set(v2_metadata) == {"200", "401", "404"}
