@@ -203,8 +203,6 @@ def export_bundle(
     if precision == "fp16" and "CUDAExecutionProvider" not in ort.get_available_providers():
         raise ExportError("precision fp16 needs onnxruntime-gpu with the CUDA execution provider")
     check_eval_options(quantize, eval_data, max_loss)
-    if token_embeddings and task not in ("auto", "feature-extraction"):
-        raise ExportError(f"token_embeddings apply to feature-extraction only, not {task}")
     _check_out_dir(out_dir)
     progress = Progress(
         4 + (optimize or precision == "fp16") + (quantize != "none" or precision == "fp16") + (eval_data is not None)

@@ -288,13 +288,15 @@ class Engine:
         ids = np.array([ctx.cls_token_id] + [ctx.mask_token_id] * (length - 2) + [ctx.sep_token_id], dtype=np.int64)
         return [ModelRow(ids, np.zeros_like(ids)) for _ in range(count)]
 
-    def with_request_defaults(self, params: Any, explicit: frozenset[str] | None) -> Any:
-        """``params`` with the bundle's request defaults in place of the parameters the request left out."""
+    def with_request_defaults(self, params: Any, explicit: Callable[[], frozenset[str]] | None) -> Any:
+        """``params`` with the bundle's request defaults in place of the parameters the request left out
+        (``explicit()``: the ones it gave, worked out only here, for a model that has defaults)."""
         defaults = self.bundle.spec.request_defaults
         if not defaults or explicit is None or not dataclasses.is_dataclass(params):
             return params
         names = {item.name for item in dataclasses.fields(params)}
-        chosen = {key: value for key, value in defaults.items() if key not in explicit and key in names}
+        given = explicit()
+        chosen = {key: value for key, value in defaults.items() if key not in given and key in names}
         return dataclasses.replace(params, **chosen) if chosen else params  # type: ignore[type-var]
 
     async def infer(self, inputs: list[Any], params: Any) -> list[Any]:

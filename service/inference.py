@@ -33,8 +33,8 @@ class InferenceRequest:
     inputs: list[Any]
     params: Any
     model: str | None = None  # None: the only loaded model serving ``task``
-    # The parameters the request gave (None: all): the others take the model's request defaults, if it has any.
-    explicit: frozenset[str] | None = None
+    # The parameters the request gave, asked only of a model with request defaults (None: all were given).
+    explicit: Callable[[], frozenset[str]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

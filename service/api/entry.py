@@ -58,8 +58,9 @@ class RouteTable:
 
 def as_inference(request: TaskRequest) -> InferenceRequest:
     inputs, params = request.to_task()
-    explicit = request.given_fields()
-    return InferenceRequest(task=request.task, inputs=inputs, params=params, model=request.model, explicit=explicit)
+    return InferenceRequest(
+        task=request.task, inputs=inputs, params=params, model=request.model, explicit=request.given_fields
+    )
 
 
 class InferenceEntry:

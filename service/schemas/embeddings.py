@@ -69,7 +69,20 @@ class EmbeddingsResponse(BaseModel):
     usage: EmbeddingsUsage
 
 
-class TeiEmbedRequest(TaskRequest):
+class TeiTextsRequest(TaskRequest):
+    """What text-embeddings-inference's embedding bodies share: one text or a list, and TEI's truncation rule."""
+
+    inputs: str | Annotated[list[str], Field(min_length=1)] = Field(description="A text or a list of texts.")
+    truncate: bool | None = Field(
+        False, description="Cut texts longer than the model's max length; false (TEI's default): such a text is a 400."
+    )
+    truncation_direction: Literal["Right", "Left"] = Field("Right", description="Which end of a long text is cut.")
+
+    def input_list(self) -> list[str]:
+        return self.inputs if isinstance(self.inputs, list) else [self.inputs]
+
+
+class TeiEmbedRequest(TeiTextsRequest):
     """text-embeddings-inference's ``/embed`` body (``model`` is this service's addition)."""
 
     model_config = examples(
@@ -78,17 +91,10 @@ class TeiEmbedRequest(TaskRequest):
     )
     task: ClassVar[str] = "feature-extraction"
 
-    inputs: str | Annotated[list[str], Field(min_length=1)] = Field(description="A text or a list of texts.")
     normalize: bool = Field(
         True,
         description="L2-normalise the vectors; false returns the graph's vectors, which are already normalised when "
         "the model was exported with normalisation (bundle.json normalize).",
-    )
-    truncate: bool | None = Field(
-        False, description="Cut texts longer than the model's max length; false (TEI's default): such a text is a 400."
-    )
-    truncation_direction: Literal["Right", "Left"] = Field(
-        "Right", description="Which end of a long text is cut."
     )
     dimensions: int | None = Field(
         None, ge=1, description="Keep the first N values of each vector (re-normalised when normalize is true)."
@@ -99,9 +105,6 @@ class TeiEmbedRequest(TaskRequest):
         "prepended to each input. None: the default prompt (--default-prompt-name, --default-prompt or the model's "
         "own), if any.",
     )
-
-    def input_list(self) -> list[str]:
-        return self.inputs if isinstance(self.inputs, list) else [self.inputs]
 
     def to_task(self) -> tuple[list[Any], EmbeddingParams]:
         params = EmbeddingParams(
@@ -114,41 +117,28 @@ class TeiEmbedRequest(TaskRequest):
         return self.input_list(), params
 
 
-class TeiEmbedSparseRequest(TaskRequest):
+class TeiEmbedSparseRequest(TeiTextsRequest):
     """text-embeddings-inference's ``/embed_sparse`` body, served by a fill-mask (masked-LM) model: SPLADE weights."""
 
     model_config = examples({"inputs": "A man is eating food."}, {"inputs": ["A man is eating.", "A dog runs."]})
     task: ClassVar[str] = "fill-mask"
 
-    inputs: str | Annotated[list[str], Field(min_length=1)] = Field(description="A text or a list of texts.")
-    truncate: bool | None = Field(
-        False, description="Cut texts longer than the model's max length; false (TEI's default): such a text is a 400."
-    )
-    truncation_direction: Literal["Right", "Left"] = Field("Right", description="Which end of a long text is cut.")
-
     def to_task(self) -> tuple[list[Any], SparseEmbeddingParams]:
-        texts = self.inputs if isinstance(self.inputs, list) else [self.inputs]
-        return texts, SparseEmbeddingParams(bool(self.truncate), self.truncation_direction.lower())
+        return self.input_list(), SparseEmbeddingParams(bool(self.truncate), self.truncation_direction.lower())
 
 
-class TeiEmbedAllRequest(TaskRequest):
+class TeiEmbedAllRequest(TeiTextsRequest):
     """text-embeddings-inference's ``/embed_all`` body: every token's state, from a model exported with
     ``--token-embeddings``."""
 
     model_config = examples({"inputs": "A man is eating food."})
     task: ClassVar[str] = "feature-extraction"
 
-    inputs: str | Annotated[list[str], Field(min_length=1)] = Field(description="A text or a list of texts.")
-    truncate: bool | None = Field(
-        False, description="Cut texts longer than the model's max length; false (TEI's default): such a text is a 400."
-    )
-    truncation_direction: Literal["Right", "Left"] = Field("Right", description="Which end of a long text is cut.")
     prompt_name: str | None = Field(None, description="As /embed's: a key of the model's prompts.")
 
     def to_task(self) -> tuple[list[Any], TokenEmbeddingParams]:
-        texts = self.inputs if isinstance(self.inputs, list) else [self.inputs]
         params = TokenEmbeddingParams(bool(self.truncate), self.truncation_direction.lower(), self.prompt_name)
-        return texts, params
+        return self.input_list(), params
 
 
 class TeiEmbedAllResponse(RootModel[list[list[list[float]]]]):

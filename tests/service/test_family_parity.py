@@ -8,7 +8,6 @@ answering (windows included) and fill-mask (the family's own mask token, targets
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from itertools import islice
 from typing import Any
@@ -21,8 +20,8 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from model_export.export import export_bundle  # noqa: E402
 from model_export.family_checkpoints import KITS, build_family_checkpoint, corpus  # noqa: E402
-from service.app import create_app  # noqa: E402
 from service.settings import Settings  # noqa: E402
+from tests.service.apptools import ready_app_client  # noqa: E402
 from tests.service.test_http_parity import SENTENCES, assert_item, assert_ranked_same  # noqa: E402
 from tests.service.test_http_parity import TEXTS as HTTP_TEXTS  # noqa: E402
 
@@ -45,11 +44,7 @@ def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     settings = Settings(models=[f"{task}={bundle.path}" for task, bundle in bundles.items()], max_wait_ms=1.0)  # type: ignore[call-arg]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    with TestClient(create_app(settings)) as client:
-        deadline = time.monotonic() + 60
-        while client.get("/health/ready").status_code != 200:
-            assert time.monotonic() < deadline, client.get("/health/ready").json()
-            time.sleep(0.05)
+    with ready_app_client(settings, timeout=60) as client:
         yield {"type": model_type, "client": client, "pipelines": pipelines, "bundles": bundles}
     torch.set_num_threads(threads)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -23,7 +24,7 @@ class EchoEngine:
         self.name, self.task, self.delay_s = name, task, delay_s
         self.started = asyncio.Event()
 
-    def with_request_defaults(self, params: Any, explicit: frozenset[str] | None) -> Any:
+    def with_request_defaults(self, params: Any, explicit: Callable[[], frozenset[str]] | None) -> Any:
         return params
 
     async def infer(self, inputs: list[Any], params: Any) -> list[Any]:
