@@ -7,7 +7,7 @@ export ORT_DISABLE_TELEMETRY := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup browser test test-all lint serve demo bench accuracy clean
+.PHONY: setup browser node-clients test test-all lint serve demo bench accuracy clean
 
 # Serving and the demo build only (no test tools): what `make serve` installs.
 $(VENV)/.serve-installed: pyproject.toml
@@ -29,12 +29,23 @@ browser:
 	command -v chromedriver >/dev/null || (apt-get update -qq \
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver)
 
-test: setup browser
+# Node and the pinned TypeScript generators for the generated-client tests (tests/service/test_generated_clients.py):
+# the machine's node when it has one (20.19 or newer), else Debian's; npm ci from the committed lock file (~5 s).
+CLIENTS := tests/service/generated_clients
+$(CLIENTS)/node_modules/.installed: $(CLIENTS)/package-lock.json
+	command -v npm >/dev/null || (apt-get update -qq \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm)
+	cd $(CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+node-clients: $(CLIENTS)/node_modules/.installed
+
+test: setup browser node-clients
 	$(PY) -m ruff check .
 	$(PY) -m mypy contract training model_export service demo
 	$(PY) -m pytest -q
 
-test-all: setup browser
+test-all: setup browser node-clients
 	$(PY) -m pytest -q -m "slow or not slow"
 
 lint: setup

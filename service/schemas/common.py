@@ -15,9 +15,19 @@ MAX_TOKENS = 512
 MAX_TOP_K = 1000
 
 
+# A model's title -> its documented example bodies. FastAPI writes the OpenAPI document with exclude_none, which
+# drops every null inside an example ("top_k": null); service.api.openapi_doc puts the bodies back from here.
+DOCUMENTED_EXAMPLES: dict[str, list[Any]] = {}
+
+
 def examples(*bodies: Any, strict: bool = False) -> ConfigDict:
     """A model_config whose JSON schema, and so OpenAPI and /docs, shows ``bodies`` (``strict``: no coercion)."""
-    config = ConfigDict(json_schema_extra={"examples": list(bodies)})
+
+    def show(schema: dict[str, Any], model: type[BaseModel]) -> None:
+        schema["examples"] = list(bodies)
+        DOCUMENTED_EXAMPLES[str(schema.get("title", model.__name__))] = list(bodies)
+
+    config = ConfigDict(json_schema_extra=show)
     if strict:
         config["strict"] = True
     return config

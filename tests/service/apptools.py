@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
 import httpx
 import numpy as np
@@ -136,3 +137,14 @@ def real_server(settings: Settings, ready_timeout_s: float = 30.0) -> Iterator[s
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def request_body(spec: dict[str, Any], path: str) -> tuple[str | None, dict[str, Any]]:
+    """A POST route's JSON body in the OpenAPI document: the named request body it refers to (None when inline), and
+    its schema."""
+    body = spec["paths"][path]["post"]["requestBody"]
+    name = None
+    if "$ref" in body:
+        name = body["$ref"].removeprefix("#/components/requestBodies/")
+        body = spec["components"]["requestBodies"][name]
+    return name, body["content"]["application/json"]["schema"]

@@ -6,7 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.settings import Settings
-from tests.service.apptools import ready_app_client
+from tests.service.apptools import ready_app_client, request_body
 from tests.service.tiny_models import CLASSIFICATION_LABELS, NER_LABELS, TinyModel
 
 TASK_ROUTES = {
@@ -213,19 +213,20 @@ def test_openapi_has_typed_models_with_examples(client: TestClient) -> None:
     schemas = spec["components"]["schemas"]
     for path, request_model, response_model in TASK_ROUTES.values():
         operation = spec["paths"][path]["post"]
-        assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(request_model)
+        name, body = request_body(spec, path)
+        assert name == request_model and "title" not in body
         ok = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
         assert ok.endswith(response_model)
         for status in ("400", "404", "413", "422", "429", "503", "504"):
             error = operation["responses"][status]["content"]["application/json"]["schema"]["$ref"]
             assert error.endswith("ErrorResponse")
-        assert schemas[request_model]["examples"] and schemas[response_model]["examples"]
+        assert body["examples"] and schemas[response_model]["examples"]
         if request_model == "TokenClassificationRequest":  # exactly one of inputs (texts) and words
-            assert {"inputs", "words"} <= set(schemas[request_model]["properties"])
+            assert {"inputs", "words"} <= set(body["properties"])
         elif request_model == "RerankRequest":
-            assert {"query", "documents"} <= set(schemas[request_model]["required"])
+            assert {"query", "documents"} <= set(body["required"])
         else:
-            assert "inputs" in schemas[request_model]["required"]
+            assert "inputs" in body["required"]
     assert spec["paths"]["/v1/models"]["get"]["responses"]["200"]["content"]["application/json"]["schema"][
         "$ref"
     ].endswith("ModelsResponse")

@@ -83,37 +83,37 @@ def test_generated_typed_client_round_trips(server_url: str, tmp_path: Path) -> 
         cards = list_models.sync(client=client)
         assert isinstance(cards, models.ModelsResponse) and len(cards.models) == len(SERVED_TASKS)
 
-        labels = classify.sync(client=client, body=models.TextClassificationRequest(inputs=["good", "bad"], top_k=2))
+        labels = classify.sync(client=client, body=models.TextClassificationBody(inputs=["good", "bad"], top_k=2))
         assert isinstance(labels, models.TextClassificationResponse)
         assert [len(result) for result in labels.results] == [2, 2]
         assert all(isinstance(item, models.LabelScore) for item in labels.results[0])
 
         pair = models.QAPair(question="where does john live?", context="john lives in paris.")
-        answers = answer.sync(client=client, body=models.QuestionAnsweringRequest(inputs=pair))
+        answers = answer.sync(client=client, body=models.QuestionAnsweringBody(inputs=pair))
         assert isinstance(answers, models.QuestionAnsweringResponse) and isinstance(answers.results[0][0].start, int)
 
-        found = entities.sync(client=client, body=models.TokenClassificationRequest(inputs="john lives in paris"))
+        found = entities.sync(client=client, body=models.TokenClassificationBody(inputs="john lives in paris"))
         assert isinstance(found, models.TokenClassificationResponse) and len(found.results) == 1
 
-        filled = fill.sync(client=client, body=models.FillMaskRequest(inputs="the [MASK] was good.", top_k=2))
+        filled = fill.sync(client=client, body=models.FillMaskBody(inputs="the [MASK] was good.", top_k=2))
         assert isinstance(filled, models.FillMaskResponse) and len(filled.results[0][0]) == 2
 
         documents = ["paris is the capital of france.", "the movie was good.", "john lives in paris."]
-        question = models.RerankRequest(query="where is john?", documents=documents, top_n=2, return_documents=True)
+        question = models.RerankBody(query="where is john?", documents=documents, top_n=2, return_documents=True)
         ranked = rerank.sync(client=client, body=question)
         assert isinstance(ranked, models.RerankResponse) and len(ranked.results) == 2
         assert all(isinstance(item, models.RerankResult) for item in ranked.results)
         assert all(documents[item.index] == item.document.text for item in ranked.results)
-        tei = tei_rerank.sync(client=client, body=models.TeiRerankRequest(query="paris", texts=documents))
+        tei = tei_rerank.sync(client=client, body=models.TeiRerankBody(query="paris", texts=documents))
         assert isinstance(tei, list) and sorted(item.index for item in tei) == [0, 1, 2]
 
-        body = models.ZeroShotClassificationRequest(inputs=["the movie was good."], candidate_labels=["film", "city"])
+        body = models.ZeroShotClassificationBody(inputs=["the movie was good."], candidate_labels=["film", "city"])
         labelled = zero_shot.sync(client=client, body=body)
         assert isinstance(labelled, models.ZeroShotClassificationResponse)
         assert isinstance(labelled.results[0], models.ZeroShotResult)
         assert sorted(labelled.results[0].labels) == ["city", "film"]
 
-        missing = classify.sync(client=client, body=models.TextClassificationRequest(inputs="x", model="nope"))
+        missing = classify.sync(client=client, body=models.TextClassificationBody(inputs="x", model="nope"))
         assert isinstance(missing, models.ErrorResponse) and missing.error.type_ == "model_not_found"
     finally:
         sys.path.remove(str(tmp_path))

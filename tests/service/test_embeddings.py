@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from service.settings import Settings
-from tests.service.apptools import free_port, ready_app_client, real_server
+from tests.service.apptools import free_port, ready_app_client, real_server, request_body
 from tests.service.embedding_checks import assert_same_neighbours, cosines
 
 SENTENCES = [
@@ -278,11 +278,11 @@ def test_openapi_documents_both_routes(http: httpx.Client) -> None:
         ("/embed", "TeiEmbedRequest", "TeiEmbedResponse"),
     ):
         operation = spec["paths"][path]["post"]
-        assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(request_model)
+        name, body = request_body(spec, path)
+        assert name == request_model
         assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith(response_model)
         for status in ("400", "404", "413", "422", "429", "503", "504"):
             assert operation["responses"][status]["content"]["application/json"]["schema"]["$ref"].endswith(
                 "ErrorResponse"
             )
-        schemas = spec["components"]["schemas"]
-        assert schemas[request_model]["examples"] and schemas[response_model]["examples"]
+        assert body["examples"] and spec["components"]["schemas"][response_model]["examples"]
