@@ -139,6 +139,39 @@ def test_openapi_typescript_and_openapi_fetch(
     assert printed == [part for [best] in answer["results"] for part in (best["label"], f"{best['score']:.3f}")]
 
 
+ALWAYS_SENT = """import createClient from "openapi-fetch";
+import type { paths } from "./schema";
+
+const client = createClient<paths>({ baseUrl: process.argv[2] });
+const listed = await client.GET("/v1/models");
+if (!listed.data) throw new Error("no model list");
+for (const card of listed.data.models) {
+  const fields = [card.name, card.task, card.labels.length, card.max_length, card.precision, card.ready];
+  console.log(JSON.stringify({ data: [...fields, card.request_defaults, listed.data.data.length] }));
+}
+const health = await client.GET("/health/ready");
+if (!health.data) throw new Error("not ready");
+console.log(JSON.stringify({ data: health.data.models }));
+"""
+
+
+def test_openapi_fetch_reads_always_sent_fields_without_fallbacks(
+    server_url: str, document: dict[str, Any], tmp_path: Path
+) -> None:
+    """Response fields the server always sends are required in the document: used bare, they compile."""
+    project = typescript_project(tmp_path, document)
+    generate_typescript(project, "openapi-typescript", ["openapi.json", "-o", "schema.ts"])
+    printed = printed_answers(compile_and_run(project, {"listing.ts": ALWAYS_SENT}, server_url, "listing.ts"))
+
+    listed = httpx.get(f"{server_url}/v1/models").json()
+    fields = ("name", "task", "labels", "max_length", "precision", "ready", "request_defaults")
+    cards = [[card[field] for field in fields] for card in listed["models"]]
+    expected = [[*card[:2], len(card[2]), *card[3:], len(listed["data"])] for card in cards]
+    assert printed == [{"data": card} for card in expected] + [
+        {"data": httpx.get(f"{server_url}/health/ready").json()["models"]}
+    ]
+
+
 def test_hey_api_openapi_ts(server_url: str, document: dict[str, Any], calls: list[ReadmeCall], tmp_path: Path) -> None:
     project = typescript_project(tmp_path, document)
     generate_typescript(project, "openapi-ts", ["-i", "openapi.json", "-o", "sdk"])
