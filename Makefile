@@ -7,7 +7,7 @@ export ORT_DISABLE_TELEMETRY := 1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup browser node-clients test test-all lint serve demo bench accuracy clean
+.PHONY: setup browser node-clients podman-tools image-check deploy-check test test-all lint serve demo bench accuracy clean
 
 # Serving and the demo build only (no test tools): what `make serve` installs.
 $(VENV)/.serve-installed: pyproject.toml
@@ -60,11 +60,20 @@ serve: demo
 
 # The serving image, built and run with podman (no Docker engine or registry needed), checked end to end:
 # four answers, HEALTHCHECK, non-root user, SIGTERM exit 0; what it makes is removed. The log is committed.
-image-check: demo
+podman-tools:
 	command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null \
-		|| (apt-get update -qq && apt-get install -y -qq podman buildah runc debootstrap >/dev/null)
+		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman buildah runc debootstrap >/dev/null)
+
+image-check: demo podman-tools
 	docker/container_check.sh $(MODELS) > docker/container_check.log 2>&1; status=$$?; \
 		cat docker/container_check.log; exit $$status
+
+# What every landing checks after the tests (.ci/run): the image check, then docker/k8s's Deployment run with
+# `podman kube play` (ready, the README's answers, a rolling replacement, SIGTERM with requests in flight);
+# nothing is left behind. The log is committed.
+deploy-check: setup demo podman-tools
+	docker/deploy_check.sh $(MODELS) > docker/deploy_check.log 2>&1; status=$$?; \
+		cat docker/deploy_check.log; exit $$status
 
 bench: setup
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
