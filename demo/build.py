@@ -50,8 +50,9 @@ class DemoSpec:
 # NER trains on passages of about the served window (128 tokens, exported with --max-length 128 so a long text is
 # cut into such windows) with every sub-token labelled (--label-subwords: the "simple" aggregation reads them all);
 # it answers whole words by default (aggregation_strategy "first", the bundle's request default).
-# QA trains on short biographies: it answers within a paragraph; on long contexts among other people's facts it
-# does not (the held-out check's figure says so at every build).
+# QA trains on short everyday paragraphs (clubs, firms, places, events, people: demo/qa_paragraphs.py) and
+# biographies: it answers within a paragraph; on long contexts among other people's facts it does not (the
+# held-out check reports that figure beside its threshold at every build).
 DEMOS: tuple[DemoSpec, ...] = (
     DemoSpec(
         "sentiment", "text-classification", "sentiment.csv", 800,

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from demo import qa_paragraphs
 from demo.vocabulary import (
     CAPITALS,
     CITIES,
@@ -233,7 +234,11 @@ def write_ner(path: Path, rng: random.Random, count: int) -> None:
 
 
 def _qa_paragraph(rng: random.Random, index: int) -> dict[str, object]:
-    """A short biography with distractors (two cities, two years) and questions whose answers are spans."""
+    """A short everyday paragraph (a club, a firm, a place, an event, a person: qa_paragraphs) or, one time in
+    four, a short biography with distractors; three of its questions, whose answers are spans."""
+    if rng.random() < 0.75:
+        text, asked = qa_paragraphs.paragraph(rng)
+        return _squad_paragraph(text, rng.sample(asked, min(3, len(asked))), index)
     name = _person(rng)
     birth_city, later_city = rng.sample(CITIES, 2)
     birth_year = rng.choice(YEARS[:-40])
@@ -259,11 +264,15 @@ def _qa_paragraph(rng: random.Random, index: int) -> dict[str, object]:
         (f"What was {name}'s job?", profession),
         (f"When did {name} move to {later_city}?", str(move_year)),
     )
-    qas = []
-    for number, (question, answer) in enumerate(rng.sample(questions, 3)):
-        start = answer_start(context, answer)
-        qas.append({"id": f"demo-{index}-{number}", "question": question,
-                    "answers": [{"text": answer, "answer_start": start}]})
+    return _squad_paragraph(context, rng.sample(questions, 3), index)
+
+
+def _squad_paragraph(context: str, questions: Sequence[tuple[str, str]], index: int) -> dict[str, object]:
+    qas = [
+        {"id": f"demo-{index}-{number}", "question": question,
+         "answers": [{"text": answer, "answer_start": answer_start(context, answer)}]}
+        for number, (question, answer) in enumerate(questions)
+    ]  # fmt: skip
     return {"context": context, "qas": qas}
 
 

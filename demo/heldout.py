@@ -317,6 +317,65 @@ def heldout_qa_context(seed: int = 2022, words: int = 5000) -> PlantedContext:
     return PlantedContext(context, probes)
 
 
+# Everyday paragraphs written by hand for the check (places, firms, clubs, events, a person), none generated, with
+# questions whose answers are not all the first name in the paragraph. Each question lists the answers a SQuAD
+# annotator would accept; an answer is right when it equals one of them after SQuAD's normalisation.
+CHECK_QA_PARAGRAPHS: tuple[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = (
+    ("The Larkfield Community Orchestra was founded by Margaret Ellison in 1987. It rehearses every Thursday evening "
+     "in the old library on Mill Street. The orchestra has about sixty members, most of them amateurs. Its current "
+     "conductor is Tobias Wren, who joined in 2015.",
+     (("Who founded the Larkfield Community Orchestra?", ("Margaret Ellison",)),
+      ("When was the orchestra founded?", ("1987",)),
+      ("Who is the current conductor?", ("Tobias Wren",)),
+      ("Where does the orchestra rehearse?", ("the old library on Mill Street", "the old library")),
+      ("How many members does the orchestra have?", ("about sixty", "sixty")))),
+    ("Brightwater Foods is a small bakery company based in Harlow. It was started in 2004 by two sisters, Ruth and "
+     "Esther Calloway. Today the company employs 120 people and sells its bread in over 300 shops. Its best-known "
+     "product is a rye loaf called the Harlow Crust.",
+     (("Where is Brightwater Foods based?", ("Harlow",)),
+      ("When was Brightwater Foods started?", ("2004",)),
+      ("How many people does the company employ?", ("120",)),
+      ("What is the company's best-known product?", ("a rye loaf called the Harlow Crust", "the Harlow Crust",
+                                                     "a rye loaf")))),
+    ("The village of Pennick lies on the river Aln, about twelve miles north of Carlisle. It is known for its stone "
+     "bridge, which was built in 1732. Around 800 people live in the village, and the mayor is Alan Pryce.",
+     (("Which river is Pennick on?", ("Aln", "the river Aln")),
+      ("When was the stone bridge built?", ("1732",)),
+      ("How many people live in Pennick?", ("Around 800", "800")),
+      ("Who is the mayor of Pennick?", ("Alan Pryce",)))),
+    ("The Westbury Kite Festival takes place every August on Corran Hill. It was first held in 1995 and now attracts "
+     "around 15,000 visitors. This year the prize for the largest kite went to Jun Okonkwo.",
+     (("When does the Westbury Kite Festival take place?", ("every August", "August")),
+      ("Where does the festival take place?", ("Corran Hill", "on Corran Hill")),
+      ("When was the festival first held?", ("1995",)),
+      ("Who won the prize for the largest kite?", ("Jun Okonkwo",)))),
+    ("Hattie Morrow grew up on a farm near Dunmore. After school she trained as a vet in Glasgow, and in 2011 she "
+     "opened her own clinic in Elmsford. She lives there with her husband, Callum, and their two dogs.",
+     (("Where did Hattie Morrow grow up?", ("on a farm near Dunmore", "a farm near Dunmore", "Dunmore")),
+      ("Where did she train as a vet?", ("Glasgow",)),
+      ("When did she open her clinic?", ("2011",)),
+      ("What is her husband's name?", ("Callum",)))),
+    ("The Redbank Rovers are an amateur football club from Eastleigh. The club plays its home games at Fenwick Park "
+     "and is coached by Dora Whitlock. Last season the Rovers won the county cup for the first time.",
+     (("Where are the Redbank Rovers from?", ("Eastleigh",)),
+      ("Where does the club play its home games?", ("Fenwick Park", "at Fenwick Park")),
+      ("Who coaches the club?", ("Dora Whitlock",)),
+      ("What did the Rovers win last season?", ("the county cup", "county cup")))),
+    ("Quillon Software makes apps for small hotels. The company was founded in Tallow in 2016 by Idris Bekele, a "
+     "former hotel manager. Its main app, Roomkeep, is used by about 2,000 hotels in nine countries.",
+     (("What does Quillon Software make?", ("apps for small hotels", "apps")),
+      ("Who founded Quillon Software?", ("Idris Bekele",)),
+      ("What is the name of its main app?", ("Roomkeep",)),
+      ("How many hotels use Roomkeep?", ("about 2,000", "2,000")))),
+    ("The Marlow Book Club meets on the first Monday of every month at the Cobble Cafe. It was set up in 2009 by a "
+     "retired teacher, Agnes Fairley. This month the club is reading a novel about a lighthouse keeper.",
+     (("Where does the Marlow Book Club meet?", ("the Cobble Cafe", "at the Cobble Cafe")),
+      ("Who set up the book club?", ("Agnes Fairley", "a retired teacher, Agnes Fairley")),
+      ("When does the club meet?", ("on the first Monday of every month", "the first Monday of every month")),
+      ("What is the club reading this month?", ("a novel about a lighthouse keeper", "a novel")))),
+)  # fmt: skip
+
+
 CHECK_REVIEW_SUBJECTS = (
     "documentary", "musical", "podcast", "museum", "burger", "tablet", "festival", "course", "sofa", "bakery",
 )

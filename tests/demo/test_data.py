@@ -15,7 +15,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from contract.decoding import default_stride
-from demo import build, check, data, heldout, vocabulary
+from demo import build, check, data, heldout, qa_paragraphs, vocabulary
 from demo.examples import EXAMPLES
 from model_export.__main__ import build_parser as export_parser
 from tests.service.tiny_models import build_tiny_models, cache_key
@@ -82,9 +82,7 @@ def test_ner_blocks_are_valid_iob2_with_all_four_entity_kinds(tmp_path: Path) ->
     assert kinds_seen == ENTITY_KINDS
 
 
-def test_ner_blocks_are_mostly_filler_passages_of_about_a_window(
-    tmp_path: Path, encoder_tokenizer: Tokenizer
-) -> None:
+def test_ner_blocks_are_mostly_filler_passages_of_about_a_window(tmp_path: Path, encoder_tokenizer: Tokenizer) -> None:
     sentences = read_tagged_sentences(write("ner", tmp_path, 400))
     no_entity = [s for s in sentences if set(s.tags) == {"O"}]
     passages = [s for s in sentences if len(s.tokens) >= 40]
@@ -110,7 +108,9 @@ def test_squad_answers_are_whole_word_spans_of_their_contexts(tmp_path: Path) ->
         before = example.context[start - 1] if start else " "
         after = example.context[start + len(answer) : start + len(answer) + 1] or " "
         assert not before.isalnum() and not after.isalnum(), (answer, example.context)
-    assert len({example.question.split()[0] for example in examples}) >= 3
+    assert {example.question.split()[0] for example in examples} >= {"Who", "What", "When", "Where", "How"}
+    kinds = [example.context.split(".")[0] for example in examples]
+    assert sum(" was born in " in first for first in kinds) < 0.5 * len(examples), "not only biographies"
 
 
 def test_text_lines_cover_the_fill_mask_example_frame(tmp_path: Path) -> None:
@@ -210,14 +210,14 @@ def test_held_out_sentiment_and_fill_mask_probes() -> None:
     assert len(probes) >= 10 and all(text.count("[MASK]") == 1 for text, _ in probes)
 
 
-def test_check_thresholds_flag_precision_recall_and_every_qa_placement() -> None:
+def test_check_thresholds_flag_precision_recall_and_qa_exact_answers() -> None:
     good_ner = {"task": "token-classification", "precision": 0.95, "recall": 0.9}
     assert check.failures("ner", good_ner) == []
     assert len(check.failures("ner", {**good_ner, "precision": 0.89})) == 1
     assert len(check.failures("ner", {**good_ner, "precision": 0.0, "recall": 0.0})) == 2
-    good_qa = {"task": "question-answering", "start": 3, "middle": 3, "end": 3}
-    assert check.failures("qa", good_qa) == []
-    assert check.failures("qa", {**good_qa, "start": 2}) == ["qa: held-out start 2/3 right"]
+    good_qa = {"task": "question-answering", "exact": 0.7, "long_right": 0}
+    assert check.failures("qa", good_qa) == [], "the long context is reported, not a threshold"
+    assert check.failures("qa", {**good_qa, "exact": 0.6}) == ["qa: held-out exact 0.600 < 0.7"]
     assert check.failures("sentiment", {"task": "text-classification", "accuracy": 0.7})
     assert not check.failures("fill-mask", {"task": "fill-mask", "top1": 0.9})
 
@@ -289,9 +289,7 @@ def _fake_build(
 
     monkeypatch.setattr(build, "run_step", fake_step)
     monkeypatch.setattr(build, "base_model_path", lambda: tmp_path)
-    monkeypatch.setattr(
-        check, "check_bundle", lambda name, folder: {**figures[specs[name].task], "seconds": 1.0}
-    )
+    monkeypatch.setattr(check, "check_bundle", lambda name, folder: {**figures[specs[name].task], "seconds": 1.0})
 
 
 GOOD_FIGURES = {
@@ -301,7 +299,8 @@ GOOD_FIGURES = {
         "predicted": 57, "invented": 1, "words": 2800,
     },
     "question-answering": {
-        "task": "question-answering", "start": 3, "middle": 3, "end": 3, "right": 9, "questions": 9, "words": 5000,
+        "task": "question-answering", "exact": 0.76, "right": 25, "questions": 33, "long_right": 0,
+        "long_questions": 9, "long_words": 5000,
     },
     "fill-mask": {"task": "fill-mask", "top1": 0.9, "right": 9, "total": 10},
 }  # fmt: skip
@@ -319,7 +318,7 @@ def test_the_build_prints_one_line_per_model_with_steps_times_and_held_out_figur
     for line, spec in zip(model_lines, build.DEMOS, strict=True):
         assert line.startswith(f"[{build.DEMOS.index(spec) + 1}/4] {spec.name}: ")
         assert "7 steps trained in 2 s" in line and "exported in 2 s" in line and "; held-out " in line
-    assert "entity precision 0.95" in captured.out and "9/9 answers right (start 3/3" in captured.out
+    assert "entity precision 0.95" in captured.out and "exact answers 0.76 (25/33 questions" in captured.out
     assert "DEMO CHECK FAILED" not in captured.err
     assert all(build.is_built(tmp_path / "models" / spec.name) for spec in build.DEMOS)
 
@@ -332,10 +331,32 @@ def test_a_figure_below_its_threshold_is_reported_loudly(
     capsys: pytest.CaptureFixture[str],
     strict: bool,
 ) -> None:
-    figures = {**GOOD_FIGURES, "question-answering": {**GOOD_FIGURES["question-answering"], "start": 2, "right": 8}}
-    figures["question-answering"]["answers"] = ["start: Where was X born? -> 'Lyon' (want 'Leeds', score 0.4)"]
+    figures = {**GOOD_FIGURES, "question-answering": {**GOOD_FIGURES["question-answering"], "exact": 0.5}}
+    figures["question-answering"]["answers"] = ["Where was X born? -> 'Lyon' (want 'Leeds')"]
     _fake_build(tmp_path, pytestconfig, monkeypatch, figures)
     argv = ["--out", str(tmp_path / "models"), "--only", "qa", *(["--strict"] if strict else [])]
     assert build.main(argv) == (3 if strict else 0)
     err = capsys.readouterr().err
-    assert "below their held-out thresholds" in err and "qa: held-out start 2/3 right" in err and "want 'Leeds'" in err
+    assert (
+        "below their held-out thresholds" in err and "qa: held-out exact 0.500 < 0.7" in err and "want 'Leeds'" in err
+    )
+
+
+def test_held_out_qa_paragraphs_are_answerable_and_share_no_name_with_training() -> None:
+    for context, questions in heldout.CHECK_QA_PARAGRAPHS:
+        for question, accepted in questions:
+            assert question.endswith("?") and all(answer in context for answer in accepted), (question, accepted)
+    training_names = {
+        word
+        for pool in (*vocabulary.TRAINING_POOLS.values(), qa_paragraphs.FIRM_WORDS, qa_paragraphs.RIVERS)
+        for name in pool
+        for word in name.split()
+    }
+    capitalised = {
+        word.strip(".,").removesuffix("'s")
+        for context, _ in heldout.CHECK_QA_PARAGRAPHS
+        for word in context.split()
+        if word[:1].isupper()
+    }
+    assert not capitalised & training_names
+    assert sum(len(questions) for _, questions in heldout.CHECK_QA_PARAGRAPHS) >= 30
