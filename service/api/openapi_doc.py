@@ -1,4 +1,4 @@
-"""The OpenAPI document's last touches, made once when it is first built: only the statuses a route really answers.
+"""The OpenAPI document's last touches, made once when it is first built.
 
 - FastAPI documents a 422 ``HTTPValidationError {detail}`` for every route with path parameters. Path parameters
   here are plain strings that cannot fail validation, and request bodies fail in this service's own shapes (each
@@ -47,7 +47,7 @@ def finish_document(app: FastAPI, open_paths: tuple[str, ...] | None) -> None:
 
 
 def _drop_fastapi_validation_errors(schema: dict[str, Any]) -> None:
-    refs = {f"#/components/schemas/{name}" for name in FASTAPI_VALIDATION_SCHEMAS}
+    refs = {f"{SCHEMA_REF}{name}" for name in FASTAPI_VALIDATION_SCHEMAS}
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
             responses = operation.get("responses", {})
