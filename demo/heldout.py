@@ -422,6 +422,38 @@ CHECK_EVERYDAY_PROBES = (
 )
 
 
+# Everyday and common-knowledge sentences written for a trial of the demo, each with the words a reader would call
+# sensible; reported by the check (a sensible word in the top 5), not a threshold: the demo's encoder lost its MLM
+# head, and minutes of training do not bring everyday English back (demo/README.md).
+CHECK_EVERYDAY_FILL_MASK: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("The cat sat on the [MASK].", ("mat", "floor", "chair", "bed", "couch", "table", "sofa", "ground", "rug")),
+    ("Berlin is the capital of [MASK].", ("germany",)),
+    ("Madrid is the capital of [MASK].", ("spain",)),
+    ("I drink a cup of [MASK] every morning.", ("coffee", "tea", "water", "milk")),
+    ("She opened the [MASK] and walked into the room.", ("door", "doors", "window", "gate")),
+    ("The sun rises in the [MASK].", ("east", "morning", "sky")),
+    ("He plays the [MASK] in a rock band.", ("guitar", "drums", "piano", "bass", "keyboard", "keyboards")),
+    ("We went to the [MASK] to buy bread and milk.", ("store", "shop", "market", "supermarket", "bakery")),
+    ("It snows a lot in [MASK].", ("winter", "canada", "december", "january", "alaska", "russia", "norway")),
+    ("My brother is a [MASK] at the local hospital.", ("doctor", "nurse", "surgeon", "physician", "volunteer")),
+    ("The children are playing in the [MASK].", ("park", "garden", "yard", "playground", "street", "snow")),
+    ("Please turn off the [MASK] before you leave.", ("lights", "light", "tv", "television", "computer", "stove")),
+    ("The train leaves the [MASK] at noon.", ("station",)),
+    ("She wrote a [MASK] to her grandmother.", ("letter", "note", "poem", "song", "card")),
+    ("There are seven days in a [MASK].", ("week",)),
+    ("The [MASK] barked at the mailman.", ("dog", "dogs", "puppy")),
+    ("He brushes his [MASK] twice a day.", ("teeth", "hair")),
+    ("Rome is a city in [MASK].", ("italy",)),
+    ("We need an umbrella because it is [MASK].", ("raining", "rainy", "wet")),
+    ("The book is on the [MASK].", ("table", "shelf", "desk", "floor", "bed")),
+    ("I am reading a very good [MASK].", ("book", "novel", "story")),
+    ("The football match ended in a [MASK].", ("draw", "tie")),
+    ("Tokyo is the capital of [MASK].", ("japan",)),
+    ("She put the milk back in the [MASK].", ("fridge", "refrigerator")),
+    ("They flew to London on a [MASK].", ("plane", "flight", "jet")),
+)  # fmt: skip
+
+
 def heldout_fill_mask() -> list[tuple[str, str]]:
     """(text with one [MASK], expected top word): the capital frame on countries training never paired, and
     everyday sentences reworded from the training lines."""
