@@ -244,15 +244,27 @@ def check_answers(checks: Checks, port: int) -> None:
             checks.record(line.startswith("PASS"), f"README answer through the pod's port: {line[5:][:160]}")
 
 
+def server_in_flight(port: int) -> float:
+    """The pod's own count of HTTP requests being handled (its /metrics gauge bertserve_requests_in_flight)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+        text = response.read().decode()
+    return next(
+        float(line.split()[-1]) for line in text.splitlines() if line.startswith("bertserve_requests_in_flight ")
+    )
+
+
 def check_sigterm_in_flight(checks: Checks, pod: str, port: int, grace_s: int) -> None:
-    """A long request (about 7,000 tokens: a second of work) takes the model first; the short ones sent right after
-    it queue behind it, so at least IN_FLIGHT requests are in flight when SIGTERM comes 0.3 s later."""
+    """A long request (about 3,700 tokens, half a second) takes the model first and the short ones queue behind it;
+    SIGTERM comes once the pod itself counts them all in flight (its /metrics), so the count does not rest on timing.
+    Each request stays far below what admission refuses on a busy machine's estimate (a few seconds of 30)."""
     url = f"http://127.0.0.1:{port}/v1/question-answering"
     with ThreadPoolExecutor(SENT_AT_SIGTERM) as pool:
-        answers = [pool.submit(http, url, question(230), 60)]
+        answers = [pool.submit(http, url, question(80), 60)]
         time.sleep(0.05)
-        answers += [pool.submit(http, url, question(9), 60) for _ in range(SENT_AT_SIGTERM - 1)]
-        time.sleep(0.3)
+        answers += [pool.submit(http, url, question(3), 60) for _ in range(SENT_AT_SIGTERM - 1)]
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and server_in_flight(port) < SENT_AT_SIGTERM:
+            time.sleep(0.01)
         in_flight = sum(not answer.done() for answer in answers)
         took, exit_code = stop_pod(pod, grace_s)
         outcomes = [repr(a.exception()) if a.exception() is not None else a.result() for a in answers]
