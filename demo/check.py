@@ -133,27 +133,25 @@ async def _check_sentiment(engine: Any) -> Figures:
     return {"accuracy": right / len(rows), "right": right, "total": len(rows), "examples_wrong": misses[:5]}
 
 
+def _words(predictions: list[Any]) -> list[str]:
+    """One input's predicted words, best first (of its first [MASK] when the answer is a list per mask)."""
+    first_mask = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
+    return [str(found["token_str"]).strip().lower() for found in first_mask]
+
+
 async def _check_fill_mask(engine: Any) -> Figures:
     from service.schemas import FillMaskRequest
 
     probes = heldout.heldout_fill_mask()
     results = await _infer(engine, FillMaskRequest, {"model": engine.name, "inputs": [t for t, _ in probes]})
-    tops = []
-    for predictions in results:
-        first = predictions[0]
-        if isinstance(first, list):  # one list of predictions per [MASK]
-            first = first[0]
-        tops.append(str(first["token_str"]).strip().lower())
+    tops = [_words(predictions)[0] for predictions in results]
     right = sum(top == want for top, (_, want) in zip(tops, probes, strict=True))
     misses = [f"{text} -> {top!r}" for top, (text, want) in zip(tops, probes, strict=True) if top != want]
     everyday = heldout.CHECK_EVERYDAY_FILL_MASK
     body = {"model": engine.name, "inputs": [text for text, _ in everyday], "top_k": 5}
     candidates = await _infer(engine, FillMaskRequest, body)
-    top5 = [found[0] if found and isinstance(found[0], list) else found for found in candidates]  # per [MASK]
-    sensible = sum(
-        any(str(found["token_str"]).strip().lower() in words for found in best)
-        for best, (_, words) in zip(top5, everyday, strict=True)
-    )
+    pairs = zip(candidates, everyday, strict=True)
+    sensible = sum(any(word in words for word in _words(predictions)) for predictions, (_, words) in pairs)
     return {
         "top1": right / len(probes), "right": right, "total": len(probes), "examples_wrong": misses[:5],
         "everyday_sensible": sensible, "everyday_total": len(everyday),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,14 +24,6 @@ class ReadmeCall:
     path: str  # the concrete path, e.g. /v2/models/sentiment/infer
     body: dict[str, Any]
 
-    @property
-    def model(self) -> str | None:
-        named = self.body.get("model")
-        if isinstance(named, str):
-            return named
-        found = re.fullmatch(r"/v2/models/([^/]+)/infer", self.path)
-        return found.group(1) if found else None
-
 
 @dataclass(frozen=True)
 class Operation:
@@ -39,9 +32,8 @@ class Operation:
     path_params: dict[str, str]
 
 
-def readme_calls(text: str | None = None) -> list[ReadmeCall]:
-    text = README.read_text() if text is None else text
-    return [ReadmeCall(found["path"], json.loads(found["body"])) for found in CURL.finditer(text)]
+def readme_calls() -> list[ReadmeCall]:
+    return [ReadmeCall(found["path"], json.loads(found["body"])) for found in CURL.finditer(README.read_text())]
 
 
 def readme_example(name: str, base_url: str) -> str:
@@ -64,26 +56,40 @@ def post_operation(document: dict[str, Any], path: str) -> Operation:
 
 def openapi_fetch_calls(calls: list[ReadmeCall], document: dict[str, Any]) -> str:
     """A program that sends each body with openapi-fetch, printing one JSON line of ``{data, error}`` per call."""
-    lines = ['import createClient from "openapi-fetch";', 'import type { paths } from "./schema";', ""]
-    lines.append("const client = createClient<paths>({ baseUrl: process.argv[2] });")
-    for number, call in enumerate(calls):
-        operation = post_operation(document, call.path)
+    header = [
+        'import createClient from "openapi-fetch";', 'import type { paths } from "./schema";', "",
+        "const client = createClient<paths>({ baseUrl: process.argv[2] });",
+    ]  # fmt: skip
+
+    def send(operation: Operation) -> str:
         params = f"params: {{ path: {json.dumps(operation.path_params)} }}, " if operation.path_params else ""
-        lines.append(f"const call{number} = await client.POST({json.dumps(operation.template)}, {{ {params}")
-        lines.append(f"  body: {json.dumps(call.body)} }});")
-        lines.append(f"console.log(JSON.stringify({{ data: call{number}.data, error: call{number}.error }}));")
-    return "\n".join(lines) + "\n"
+        return f"client.POST({json.dumps(operation.template)}, {{ {params}"
+
+    return _program(header, send, calls, document)
 
 
 def hey_api_calls(calls: list[ReadmeCall], document: dict[str, Any]) -> str:
     """The same program through @hey-api/openapi-ts's functions, named by operationId (generated into ./sdk)."""
-    operations = [post_operation(document, call.path) for call in calls]
-    functions = sorted({operation.operation_id for operation in operations})
-    lines = ['import { createClient } from "./sdk/client";', f'import {{ {", ".join(functions)} }} from "./sdk";', ""]
-    lines.append("const client = createClient({ baseUrl: process.argv[2] });")
-    for number, (call, operation) in enumerate(zip(calls, operations, strict=True)):
+    functions = sorted({post_operation(document, call.path).operation_id for call in calls})
+    header = [
+        'import { createClient } from "./sdk/client";', f'import {{ {", ".join(functions)} }} from "./sdk";', "",
+        "const client = createClient({ baseUrl: process.argv[2] });",
+    ]  # fmt: skip
+
+    def send(operation: Operation) -> str:
         path = f"path: {json.dumps(operation.path_params)}, " if operation.path_params else ""
-        lines.append(f"const call{number} = await {operation.operation_id}({{ client, {path}")
+        return f"{operation.operation_id}({{ client, {path}"
+
+    return _program(header, send, calls, document)
+
+
+def _program(
+    header: list[str], send: Callable[[Operation], str], calls: list[ReadmeCall], document: dict[str, Any]
+) -> str:
+    """``header``, then per call ``const callN = await <send(operation)> body: ...})`` and its printed answer."""
+    lines = list(header)
+    for number, call in enumerate(calls):
+        lines.append(f"const call{number} = await {send(post_operation(document, call.path))}")
         lines.append(f"  body: {json.dumps(call.body)} }});")
         lines.append(f"console.log(JSON.stringify({{ data: call{number}.data, error: call{number}.error }}));")
     return "\n".join(lines) + "\n"
