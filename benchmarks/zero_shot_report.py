@@ -199,25 +199,61 @@ def checkpoint_facts(checkpoint: Path) -> dict[str, Any]:
         return {"checkpoint": checkpoint.name}
     metrics = json.loads(metrics_path.read_text())
     best = metrics.get("best", {})
+    record = checkpoint.parent / f"{checkpoint.name}.train.json"  # benchmarks.zero_shot_nli's training record
+    pairs = json.loads(record.read_text()).get("pairs") if record.is_file() else None
     return {
+        "checkpoint": checkpoint.name,
+        "training_pairs": pairs or {"rte": 2490},
         "rte_dev_accuracy": round(100.0 * best["accuracy"], 2) if "accuracy" in best else None,
         "training_settings": {key: metrics.get("settings", {}).get(key) for key in ("epochs", "batch_size",
                                                                                     "learning_rate")},
     }  # fmt: skip
 
 
+def previous_results(path: Path, checkpoint: str | None) -> dict[str, Any] | None:
+    """The figures of the report being replaced, when they came from another checkpoint (or its previous one)."""
+    if not path.is_file():
+        return None
+    old = json.loads(path.read_text(encoding="utf-8"))
+    if old.get("model", {}).get("checkpoint", "rte") == checkpoint and old.get("previous"):
+        return old["previous"]
+    return {
+        "checkpoint": old.get("model", {}).get("checkpoint", "rte"),
+        "started": old.get("started"),
+        "sst2_accuracy": old["sst2_zero_shot"]["accuracy"],
+        "topic_accuracy": old["topic_zero_shot"]["accuracy"],
+        "rerank_hit_at_1": old["rte_rerank"]["hit_at_1"],
+    }
+
+
 def write_markdown(results: dict[str, Any], path: Path) -> None:
     sst2, topics, rerank = results["sst2_zero_shot"], results["topic_zero_shot"], results["rte_rerank"]
     model = results["model"]
+    pairs = model.get("training_pairs") or {"rte": 2490}
+    if set(pairs) == {"rte"}:
+        about = (
+            f"Model: all-MiniLM-L6-v2 fine-tuned on RTE train (2,490 pairs) with `python -m training finetune`; its "
+            f"RTE dev accuracy is {model.get('rte_dev_accuracy')} % (chance ~50): too few pairs for this encoder to "
+            "learn entailment, so what follows shows the routes working end to end on real text, not a usable NLI "
+            "model."
+        )
+    else:
+        about = (
+            "Model: all-MiniLM-L6-v2 fine-tuned on "
+            + ", ".join(f"{count:,} {name} pairs" for name, count in pairs.items())
+            + f" (`python -m benchmarks.zero_shot_nli`, whose docstring says how the pairs are made); its RTE dev "
+            f"accuracy is {model.get('rte_dev_accuracy')} %. SST-2 sentences were in training (with sentiment "
+            "hypotheses), so the SST-2 row is in-task transfer; the topic row is zero-shot (no topic label and none "
+            "of its paragraphs was in training)."
+        )
+    previous = results.get("previous")
     lines = [
-        "# Zero-shot classification and rerank with the RTE cross-encoder",
+        "# Zero-shot classification and rerank with an NLI cross-encoder",
         "",
         f"`{results['command']}` at {results['started']}, load average {results['load_average_start']} at start, "
         f"{results['load_average_end']} at the end (accuracy does not depend on load).",
         "",
-        f"Model: all-MiniLM-L6-v2 fine-tuned on RTE train (2,490 pairs) with `python -m training finetune`; its RTE "
-        f"dev accuracy is {model.get('rte_dev_accuracy')} % (chance ~50): too few pairs for this encoder to learn "
-        "entailment, so what follows shows the routes working end to end on real text, not a usable NLI model.",
+        about,
         "",
         "| evaluation | examples | metric | served fp32 | chance | majority class / word overlap |",
         "| --- | ---: | --- | ---: | ---: | ---: |",
@@ -242,6 +278,13 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         + ".",
         "",
     ]
+    if previous:
+        lines += [
+            f"Before, with the checkpoint `{previous['checkpoint']}` ({previous['started']}): SST-2 "
+            f"{previous['sst2_accuracy']} %, topics {previous['topic_accuracy']} %, rerank hit@1 "
+            f"{previous['rerank_hit_at_1']}.",
+            "",
+        ]
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
@@ -271,11 +314,13 @@ def main(argv: list[str] | None = None) -> int:
         "model": checkpoint_facts(args.checkpoint),
     }
     bundles = {
-        "nli-zero-shot": ensure_bundle(args.checkpoint, "zero-shot-classification", BUNDLES_DIR / "rte-zero-shot-fp32"),
+        "nli-zero-shot": ensure_bundle(
+            args.checkpoint, "zero-shot-classification", BUNDLES_DIR / f"{args.checkpoint.name}-zero-shot-fp32"
+        ),
         "nli-rerank": ensure_bundle(
-            relevance_checkpoint(args.checkpoint, RUNS_DIR / "bench" / "nli-relevance"),
+            relevance_checkpoint(args.checkpoint, RUNS_DIR / "bench" / f"{args.checkpoint.name}-relevance"),
             "rerank",
-            BUNDLES_DIR / "rte-rerank-fp32",
+            BUNDLES_DIR / f"{args.checkpoint.name}-rerank-fp32",
         ),
     }
     port = servers.free_port()
@@ -291,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     results["wall_s"] = round(time.monotonic() - started, 1)
     results["load_average_end"] = [round(value, 1) for value in os.getloadavg()]
     args.out.mkdir(parents=True, exist_ok=True)
+    results["previous"] = previous_results(args.out / "zero_shot.json", results["model"].get("checkpoint"))
     (args.out / "zero_shot.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     write_markdown(results, args.out / "zero_shot.md")
     print(json.dumps({"results": str(args.out / "zero_shot.md")}))

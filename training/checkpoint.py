@@ -161,11 +161,14 @@ def _fit_state_dict(
     return fitted
 
 
-def load_model(folder: str | Path, architecture: str | None = None, **config_overrides: Any) -> BertPreTrainedModule:
+def load_model(
+    folder: str | Path, architecture: str | None = None, *, random_init: bool = False, **config_overrides: Any
+) -> BertPreTrainedModule:
     """Build ARCHITECTURES[architecture or the config's first architecture or BertModel] and load its weights.
 
     config_overrides (e.g. id2label, problem_type, hidden_dropout_prob) replace config.json values, which lets
-    fine-tuning put a new head on a headless encoder. Returns the model in eval mode.
+    fine-tuning put a new head on a headless encoder. ``random_init`` keeps the folder's configuration but not its
+    weights: the from-scratch baseline that shows what pre-training gave. Returns the model in eval mode.
     """
     folder = Path(folder)
     config = load_config(folder)
@@ -182,6 +185,8 @@ def load_model(folder: str | Path, architecture: str | None = None, **config_ove
         model = ARCHITECTURES[name](config)
     except ValueError as error:
         raise CheckpointError(f"{folder}: cannot build {name}: {error}") from error
+    if random_init:
+        return model.eval()
     state = _fit_state_dict(model, _read_state_dict(folder), folder)
     model.load_state_dict(state, strict=False)
     model.tie_weights()

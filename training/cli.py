@@ -113,6 +113,24 @@ def build_parser() -> argparse.ArgumentParser:
     pretrain.add_argument("--max-passes", type=float, default=100.0, help="refuse runs needing more corpus passes")
     _add_training_arguments(pretrain, TrainingArguments(learning_rate=1e-4, batch_size=32))
 
+    scores = commands.add_parser(
+        "pretrain-eval",
+        help="score a pre-trained checkpoint's MLM and NSP on held-out text",
+        description="MLM top-1/top-5 accuracy at masked positions and NSP accuracy on the sentence pairs of a "
+        "held-out corpus, built and masked as pre-training builds them (the same positions for every model). "
+        "Prints one JSON object.",
+        formatter_class=DefaultsShown,
+    )
+    scores.add_argument("--checkpoint", type=Path, required=True, help="BertForPreTraining checkpoint folder")
+    scores.add_argument("--corpus", type=Path, required=True, help="plain-text file, one paragraph per line")
+    scores.add_argument("--max-length", type=int, default=128, help="tokens per sentence pair")
+    scores.add_argument(
+        "--random-init", action="store_true", help="score the checkpoint's configuration with random weights"
+    )
+    scores.add_argument("--eval-batch-size", type=int, default=64, help="batch size when evaluating")
+    scores.add_argument("--seed", type=int, default=0, help="pairs, masks and random weights")
+    scores.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
     finetune = commands.add_parser(
         "finetune",
         help="fine-tune a BERT checkpoint for one of the four serving tasks",
@@ -132,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     finetune.add_argument("--eval", type=Path, help="evaluation data file (evaluated after every epoch)")
     finetune.add_argument("--out", type=Path, required=True, help="output checkpoint folder")
     finetune.add_argument("--epochs", type=float, default=3.0, help="passes over --train")
+    finetune.add_argument(
+        "--random-init",
+        action="store_true",
+        help="keep --base's configuration and tokenizer but start from random weights (the from-scratch baseline)",
+    )
     finetune.add_argument("--max-steps", type=int, help="stop after this many optimiser steps (overrides --epochs)")
     finetune.add_argument("--max-length", type=int, default=128, help="tokens per example / window")
     finetune.add_argument("--max-train-samples", type=int, help="use only the first N training examples")
@@ -189,6 +212,13 @@ def _run(args: argparse.Namespace) -> dict:
     from training.finetune import FinetuneOptions, finetune
     from training.pretrain import PretrainOptions, pretrain
 
+    if args.command == "pretrain-eval":
+        from training.pretrain import pretraining_scores
+
+        arguments = TrainingArguments(eval_batch_size=args.eval_batch_size, seed=args.seed)
+        return pretraining_scores(
+            args.checkpoint, args.corpus, args.max_length, arguments, random_init=args.random_init
+        )
     runtime = setup_runtime()
     try:
         if args.command == "pretrain":
@@ -210,7 +240,7 @@ def _run(args: argparse.Namespace) -> dict:
             labels=[label.strip() for label in args.labels.split(",")] if args.labels else None,
             doc_stride=args.doc_stride or args.max_length // 3, max_query_length=args.max_query_length,
             max_answer_length=args.max_answer_length, articles=args.articles, eval_articles=args.eval_articles,
-            relevance_head=args.relevance_head,
+            relevance_head=args.relevance_head, random_init=args.random_init,
             training=_training_arguments(args, epochs=args.epochs, max_steps=args.max_steps),
         )  # fmt: skip
         return finetune(finetune_options, runtime)
@@ -230,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if rank == 0:
+    if args.command == "pretrain-eval":
+        print(json.dumps(report))
+    elif rank == 0:
         print(
             json.dumps({"out": str(args.out), "best": report.get("best"), "wall_seconds": report.get("wall_seconds")})
         )

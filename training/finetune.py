@@ -69,6 +69,7 @@ class FinetuneOptions:
     articles: str | None = None
     eval_articles: str | None = None
     relevance_head: bool = False
+    random_init: bool = False
     training: TrainingArguments = field(default_factory=TrainingArguments)
 
 
@@ -310,7 +311,7 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
     task_data = TASK_BUILDERS[options.task](options, TaskContext(tokenizer, pad_token_id, runtime.device))
     if not task_data.train_features:
         raise DataError(f"{options.train_file}: no training examples")
-    model = load_model(options.base, spec.architecture, **task_data.config_overrides)
+    model = load_model(options.base, spec.architecture, random_init=options.random_init, **task_data.config_overrides)
     if model.config.pad_token_id != pad_token_id:
         logger.warning(
             "config.json's pad_token_id %s differs from the tokenizer's pad token id %s (batches are padded with it)",
@@ -319,10 +320,11 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
         )
     if runtime.is_main:
         logger.info(
-            "%s: %d training features, base %s, %s parameters",
+            "%s: %d training features, base %s%s, %s parameters",
             options.task,
             len(task_data.train_features),
             options.base,
+            " (its configuration, random weights)" if options.random_init else "",
             f"{sum(p.numel() for p in model.parameters()):,}",
         )
 

@@ -11,9 +11,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 from torch import nn
 
-from training.checkpoint import save_model
+from training.checkpoint import CheckpointError, load_model, save_model
 from training.data import DataError, Feature
 from training.losses import masked_lm_loss
 from training.metrics import MlmAccumulator
@@ -78,6 +79,58 @@ def _tokenizer_for(options: PretrainOptions, runtime: Runtime):
     return load_tokenizer(options.out)
 
 
+def evaluate_pretraining(
+    model: nn.Module,
+    features: list[Feature],
+    tokenizer: Tokenizer,
+    pad_token_id: int,
+    args: TrainingArguments,
+    device: torch.device,
+) -> dict[str, float]:
+    """MLM top-1/top-5 accuracy, loss and perplexity at masked positions, and NSP accuracy and loss, over features.
+
+    The masks come from a collator seeded with ``args.seed + 1``: every evaluation of the same features masks the
+    same positions, so two models (or two steps of one run) are scored on the very same predictions.
+    """
+    if not features:
+        return {}
+    collator = MlmCollator(tokenizer, pad_token_id=pad_token_id, seed=args.seed + 1)
+    accumulator = MlmAccumulator()
+    nsp_correct, nsp_loss = 0, 0.0
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(features), args.eval_batch_size):
+            batch = collator(features[start : start + args.eval_batch_size])
+            batch = {key: value.to(device) for key, value in batch.items()}
+            outputs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+            accumulator.add(outputs["prediction_logits"].cpu(), batch["labels"].cpu())
+            nsp_logits = outputs["seq_relationship_logits"].float()
+            nsp_correct += int((nsp_logits.argmax(-1) == batch["next_sentence_label"]).sum())
+            nsp_loss += float(F.cross_entropy(nsp_logits, batch["next_sentence_label"], reduction="sum"))
+    scores = accumulator.scores()
+    scores.update(nsp_accuracy=nsp_correct / len(features), nsp_loss=nsp_loss / len(features))
+    return scores
+
+
+def pretraining_scores(
+    checkpoint: Path, corpus: Path, max_length: int, args: TrainingArguments, *, random_init: bool = False
+) -> dict[str, float]:
+    """evaluate_pretraining of a BertForPreTraining checkpoint (or, with random_init, of its configuration with
+    random weights) on every sentence pair of a held-out corpus, built as pre-training builds them."""
+    if not corpus.is_file():
+        raise DataError(f"{corpus}: no such file")
+    try:
+        tokenizer = load_tokenizer(checkpoint)
+        pad_token_id = pad_token_id_of(tokenizer, checkpoint)
+    except (FileNotFoundError, ValueError) as error:
+        raise CheckpointError(f"{checkpoint}: {error}") from None
+    torch.manual_seed(args.seed)
+    model = load_model(checkpoint, "BertForPreTraining", random_init=random_init)
+    features = corpus_to_nsp_features(corpus, tokenizer, max_length, args.seed)
+    scores = evaluate_pretraining(model, features, tokenizer, pad_token_id, args, torch.device("cpu"))
+    return {**scores, "pairs": len(features)}
+
+
 def pretrain(options: PretrainOptions, runtime: Runtime) -> dict[str, Any]:
     args = options.training
     if not options.corpus.is_file():
@@ -122,24 +175,7 @@ def pretrain(options: PretrainOptions, runtime: Runtime) -> dict[str, Any]:
     collator = MlmCollator(tokenizer, pad_token_id=config.pad_token_id, seed=args.seed + runtime.rank)
 
     def evaluate(trained: nn.Module) -> dict[str, float]:
-        if not eval_features:
-            return {}
-        eval_collator = MlmCollator(tokenizer, pad_token_id=config.pad_token_id, seed=args.seed + 1)
-        accumulator = MlmAccumulator()
-        nsp_correct, nsp_loss = 0, 0.0
-        trained.eval()
-        with torch.no_grad():
-            for start in range(0, len(eval_features), args.eval_batch_size):
-                batch = eval_collator(eval_features[start : start + args.eval_batch_size])
-                batch = {key: value.to(runtime.device) for key, value in batch.items()}
-                outputs = trained(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-                accumulator.add(outputs["prediction_logits"].cpu(), batch["labels"].cpu())
-                nsp_logits = outputs["seq_relationship_logits"].float()
-                nsp_correct += int((nsp_logits.argmax(-1) == batch["next_sentence_label"]).sum())
-                nsp_loss += float(F.cross_entropy(nsp_logits, batch["next_sentence_label"], reduction="sum"))
-        scores = accumulator.scores()
-        scores.update(nsp_accuracy=nsp_correct / len(eval_features), nsp_loss=nsp_loss / len(eval_features))
-        return scores
+        return evaluate_pretraining(trained, eval_features, tokenizer, config.pad_token_id, args, runtime.device)
 
     def save(trained: nn.Module, folder: Path) -> None:
         save_model(trained, folder, tokenizer)

@@ -226,3 +226,72 @@ def test_two_process_torchrun_writes_one_checkpoint(
     assert len(metrics["history"]) == 1
     assert sorted(p.name for p in out.iterdir() if p.suffix == ".safetensors") == ["model.safetensors"]
     assert run.stdout.count('"best"') == 1  # only rank 0 prints the summary
+
+
+def test_random_init_keeps_the_configuration_but_not_the_weights(tmp_path: Path, tiny_base: Path, data_files) -> None:
+    """--random-init: the same shape and tokenizer as --base, weights drawn afresh (seeded), so the from-scratch
+    baseline and the pre-trained run differ only in where their weights start."""
+    base_embeddings = load_model(tiny_base, "BertModel").state_dict()["embeddings.word_embeddings.weight"]
+    embeddings = {}
+    for name, extra in (("from-base", []), ("random", ["--random-init"]), ("random-again", ["--random-init"])):
+        out = tmp_path / name
+        argv = [
+            "finetune",
+            "--task",
+            "text-classification",
+            "--base",
+            str(tiny_base),
+            "--train",
+            str(data_files["sst"]),
+        ]
+        argv += ["--out", str(out), "--max-steps", "1", "--lr", "1e-9", *TINY, *extra]
+        assert main(argv) == 0
+        model = load_model(out)
+        assert model.config.hidden_size == 32 and model.config.num_hidden_layers == 2
+        embeddings[name] = model.state_dict()["bert.embeddings.word_embeddings.weight"]
+    assert max_abs(embeddings["from-base"] - base_embeddings) < 1e-6
+    assert max_abs(embeddings["random"] - base_embeddings) > 1e-2
+    assert torch.equal(embeddings["random"], embeddings["random-again"])
+    assert load_tokenizer(tmp_path / "random").get_vocab() == load_tokenizer(tiny_base).get_vocab()
+
+
+def max_abs(tensor: torch.Tensor) -> float:
+    return float(tensor.abs().max())
+
+
+def test_pretrain_eval_scores_nsp_and_mlm_as_transformers_does(tmp_path: Path, tiny_base: Path, capsys) -> None:
+    """pretrain-eval's NSP accuracy and MLM loss on a corpus equal transformers' BertForPreTraining on the same
+    pairs and masks; --random-init scores other weights on the very same positions."""
+    from training.pretrain_data import MlmCollator, corpus_to_nsp_features
+
+    corpus = tmp_path / "heldout.txt"
+    corpus.write_text("\n".join(TINY_CORPUS * 3) + "\n")
+    reports = {}
+    for name, extra in (("checkpoint", []), ("random", ["--random-init"])):
+        argv = ["pretrain-eval", "--checkpoint", str(tiny_base), "--corpus", str(corpus), "--max-length", "48"]
+        assert main([*argv, "--seed", "0", "--eval-batch-size", "8", *extra]) == 0
+        reports[name] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    tokenizer = load_tokenizer(tiny_base)
+    features = corpus_to_nsp_features(corpus, tokenizer, 48, 0)
+    collator = MlmCollator(tokenizer, pad_token_id=0, seed=1)
+    reference = transformers.BertForPreTraining.from_pretrained(tiny_base).eval()
+    correct, masked_loss, masked = 0, 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(features), 8):
+            batch = collator(features[start : start + 8])
+            out = reference(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+            correct += int((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
+            labels = batch["labels"]
+            masked_loss += float(
+                torch.nn.functional.cross_entropy(
+                    out.prediction_logits[labels != -100], labels[labels != -100], reduction="sum"
+                )
+            )
+            masked += int((labels != -100).sum())
+    checkpoint = reports["checkpoint"]
+    assert checkpoint["pairs"] == len(features) > 0
+    assert checkpoint["nsp_accuracy"] == pytest.approx(correct / len(features))
+    assert checkpoint["mlm_loss"] == pytest.approx(masked_loss / masked, rel=1e-4)
+    assert reports["random"]["pairs"] == checkpoint["pairs"]
+    assert reports["random"]["mlm_loss"] != pytest.approx(checkpoint["mlm_loss"], rel=1e-3)
