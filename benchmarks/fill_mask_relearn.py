@@ -150,7 +150,7 @@ def continue_mlm(path: str, budget_s: float, batch_size: int, lr: float) -> dict
         loss.backward()
         optimiser.step()
         step += 1
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step % 40 == 0:
             model.eval()
             with torch.no_grad():

@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     train()
     limit = ["--limit", str(args.limit)] if args.limit else []
-    return zero_shot_report.main(["--checkpoint", str(CHECKPOINT), *limit])
+    return zero_shot_report.main(["--checkpoint", os.path.relpath(CHECKPOINT), *limit])
 
 
 if __name__ == "__main__":

@@ -243,8 +243,9 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
             + ", ".join(f"{count:,} {name} pairs" for name, count in pairs.items())
             + f" (`python -m benchmarks.zero_shot_nli`, whose docstring says how the pairs are made); its RTE dev "
             f"accuracy is {model.get('rte_dev_accuracy')} %. SST-2 sentences were in training (with sentiment "
-            "hypotheses), so the SST-2 row is in-task transfer; the topic row is zero-shot (no topic label and none "
-            "of its paragraphs was in training)."
+            "hypotheses), so the SST-2 row is in-task transfer; the topic row is zero-shot: no topic label was a "
+            "hypothesis in training and none of its paragraphs was a premise (later paragraphs of the same articles "
+            "were, with their titles as hypotheses)."
         )
     previous = results.get("previous")
     lines = [
