@@ -31,10 +31,6 @@ PRETRAIN_ARGUMENTS = (
 MAX_LENGTH = "128"
 
 
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").exists() else "?"
-
-
 def wikitext_files() -> tuple[Path, Path]:
     from benchmarks.accuracy import wikitext_split
 
@@ -51,6 +47,8 @@ def public_pretrain_command() -> str:
 
 def pretrained_here() -> Path:
     """The pre-trained checkpoint, trained now unless a finished run is there (its record beside it)."""
+    from benchmarks.accuracy import load_average
+
     finished = (PRETRAINED / "metrics.json").is_file() and RECORD.is_file()
     if not finished:
         corpus, _ = wikitext_files()
