@@ -22,7 +22,7 @@ from model_export.export import export_bundle  # noqa: E402
 from model_export.family_checkpoints import KITS, build_family_checkpoint, corpus  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from tests.service.apptools import ready_app_client  # noqa: E402
-from tests.service.test_http_parity import SENTENCES, assert_item, assert_ranked_same  # noqa: E402
+from tests.service.test_http_parity import SENTENCES, TOLERANCE, assert_item, assert_ranked_same  # noqa: E402
 from tests.service.test_http_parity import TEXTS as HTTP_TEXTS  # noqa: E402
 
 TASKS = ("text-classification", "token-classification", "question-answering", "fill-mask")
@@ -89,6 +89,12 @@ def test_token_classification(family: dict[str, Any], strategy: str) -> None:
             assert_item(mine, other, f"{family['type']} {strategy}[{index}][{position}]")
 
 
+# An answer's score over many windows is the sum of its per-window scores within each window's top-k cut; in the
+# long context, near-equal small candidates at a cut swap under float rounding (ORT and torch round differently, and
+# the server may batch windows with other padding), moving a summed score by ~1e-3 (deberta-v2: 0.0941 vs 0.0929,
+# in 2 of 10 runs on 2026-11-26).
+# Spans and their order stay exact.
+LONG_QA_TOLERANCE = 5e-3
 QA_INPUTS = [
     {"question": "Where does John Smith live?", "context": SENTENCES[0]},
     {"question": "Who visited London?", "context": LONG_TEXT},
@@ -102,7 +108,9 @@ def test_question_answering(family: dict[str, Any], params: dict[str, Any]) -> N
     results = post(family["client"], task, {"inputs": QA_INPUTS, **params})
     for index, (item, result) in enumerate(zip(QA_INPUTS, results, strict=True)):
         theirs = family["pipelines"][task](**item, **params)
-        assert_ranked_same(result, theirs if isinstance(theirs, list) else [theirs], f"{family['type']}[{index}]")
+        tolerance = LONG_QA_TOLERANCE if item["context"] == LONG_TEXT else TOLERANCE
+        ranked = theirs if isinstance(theirs, list) else [theirs]
+        assert_ranked_same(result, ranked, f"{family['type']}[{index}]", tolerance)
 
 
 def test_fill_mask_uses_the_family_mask_token(family: dict[str, Any]) -> None:

@@ -74,12 +74,12 @@ def without_nulls(item: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in item.items() if value is not None}
 
 
-def assert_item(ours: dict[str, Any], theirs: dict[str, Any], path: str) -> None:
+def assert_item(ours: dict[str, Any], theirs: dict[str, Any], path: str, tolerance: float = TOLERANCE) -> None:
     ours = without_nulls(ours)
     assert set(ours) == set(theirs), f"{path}: keys {sorted(ours)} != {sorted(theirs)}"
     for key, expected in theirs.items():
         if key == "score":
-            assert abs(ours[key] - float(expected)) <= TOLERANCE, f"{path}.score: {ours[key]} != {expected}"
+            assert abs(ours[key] - float(expected)) <= tolerance, f"{path}.score: {ours[key]} != {expected}"
         else:
             assert ours[key] == expected, f"{path}.{key}: {ours[key]!r} != {expected!r}"
 
@@ -88,13 +88,15 @@ def identity(item: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(sorted((key, value) for key, value in without_nulls(item).items() if key != "score"))
 
 
-def assert_ranked_same(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], path: str) -> None:
+def assert_ranked_same(
+    ours: list[dict[str, Any]], theirs: list[dict[str, Any]], path: str, tolerance: float = TOLERANCE
+) -> None:
     """Same items in the same order, where items whose scores tie within the tolerance may swap
     (and, at the top-k cut, a tied item may stand in for another); ties are ``TIE_TOLERANCE`` apart."""
     assert len(ours) == len(theirs), f"{path}: {len(ours)} items != {len(theirs)}\n{ours}\n{theirs}"
     for index, (mine, other) in enumerate(zip(ours, theirs, strict=True)):
         if identity(mine) == identity(other):
-            assert_item(mine, other, f"{path}[{index}]")
+            assert_item(mine, other, f"{path}[{index}]", tolerance)
             continue
         assert abs(mine["score"] - float(other["score"])) <= TIE_TOLERANCE, f"{path}[{index}]: {mine} != {other}"
         tied = [item for item in theirs if abs(float(item["score"]) - mine["score"]) <= TIE_TOLERANCE]
