@@ -34,32 +34,47 @@ class SweepRun:
     metric: str
     args: tuple[str, ...]
     round: int = 1
+    teachers: tuple[str, ...] = ()  # runs of an earlier round this one distils (--teacher OUT/NAME)
 
     def command(self, base: Path, data: Path, out: Path) -> list[str]:
+        teachers = [arg for name in self.teachers for arg in ("--teacher", str(out / name))]
         return [
             sys.executable, "-m", "training", "finetune", "--task", self.task, "--base", str(base),
             "--train", str(data / self.train), "--eval", str(data / self.eval), "--out", str(out / self.name),
-            "--precision", "fp32", *self.args,
+            "--precision", "fp32", *self.args, *teachers,
         ]  # fmt: skip
 
 
-def sst2(name: str, *args: str, round: int = 1) -> SweepRun:
+def sst2(name: str, *args: str, round: int = 1, teachers: tuple[str, ...] = ()) -> SweepRun:
     return SweepRun(
         f"sst2-{name}", "text-classification", "sst2/train.tsv", "sst2/dev.tsv", "accuracy",
-        ("--max-length", "64", "--batch-size", "32", "--group-by-length", *args), round,
+        ("--max-length", "64", "--batch-size", "32", "--group-by-length", *args), round, teachers,
     )  # fmt: skip
 
 
-def squad(name: str, *args: str, round: int = 1) -> SweepRun:
+def squad(name: str, *args: str, round: int = 1, teachers: tuple[str, ...] = ()) -> SweepRun:
     return SweepRun(
         f"squad-{name}", "question-answering", "squad/dev-subset.json", "squad/dev-subset.json", "f1",
         (*SQUAD_SPLIT, "--max-length", "384", "--doc-stride", "128", "--batch-size", "16", "--group-by-length", *args),
-        round,
+        round, teachers,
     )  # fmt: skip
+
+
+# Round 3: the kept recipes of rounds 1-2 under other seeds (42 is the default one), in bf16 autocast: the
+# teachers of round 4's students, which learn the teachers' ensemble with the same recipe in fp32
+# (training.distill). Teachers only give targets, so their precision is a matter of speed.
+SST2_KEPT = ("--epochs", "3", "--lr", "3e-5")
+SQUAD_KEPT = ("--epochs", "6", "--lr", "2e-4", "--layer-decay", "0.7", "--warmup-ratio", "0.2")
+SST2_SEEDS, SQUAD_SEEDS = (42, 1, 2, 3), (42, 1, 2, 3, 4)
+SST2_TEACHERS = tuple(f"sst2-seed{seed}" for seed in SST2_SEEDS)
+SQUAD_TEACHERS = tuple(f"squad-seed{seed}" for seed in SQUAD_SEEDS)
+TEACHER_PRECISION = ("--precision", "bf16")  # after the command's --precision fp32, so this one counts
+DISTILLATION = (("a0.5-t2", "0.5", "2"), ("a0-t1", "0", "1"))
 
 
 # The committed recipes (benchmarks/results/accuracy.md) first, then what issue 25 names: longer training,
 # other peak rates and layer-wise decay.
+# fmt: off
 SWEEP: tuple[SweepRun, ...] = (
     sst2("base", "--epochs", "2", "--lr", "6e-5"),
     sst2("e3-lr3e-5", "--epochs", "3", "--lr", "3e-5"),
@@ -85,23 +100,45 @@ SWEEP: tuple[SweepRun, ...] = (
           round=2),
     squad("e6-lr2e-4-ld0.7-len256", "--epochs", "6", "--lr", "2e-4", "--layer-decay", "0.7", "--max-length", "256",
           "--doc-stride", "96", round=2),
+    *(sst2(f"seed{seed}", *SST2_KEPT, "--seed", str(seed), *TEACHER_PRECISION, round=3) for seed in SST2_SEEDS),
+    *(squad(f"seed{seed}", *SQUAD_KEPT, "--seed", str(seed), *TEACHER_PRECISION, round=3) for seed in SQUAD_SEEDS),
+    *(
+        run
+        for name, alpha, temperature in DISTILLATION
+        for run in (
+            sst2(f"distil-{name}", *SST2_KEPT, "--distill-alpha", alpha, "--distill-temperature", temperature,
+                 round=4, teachers=SST2_TEACHERS),
+            squad(f"distil-{name}", *SQUAD_KEPT, "--distill-alpha", alpha, "--distill-temperature", temperature,
+                  round=4, teachers=SQUAD_TEACHERS),
+        )
+    ),
 )
+# fmt: on
 
 
-def run_one(run: SweepRun, base: Path, data: Path, out: Path) -> dict[str, object]:
+def run_one(run: SweepRun, base: Path, data: Path, out: Path, deadline: float | None = None) -> dict[str, object]:
+    """One run, stopped at ``deadline`` (time.monotonic) if it lasts that long: its best epoch so far is kept."""
     folder = out / run.name
     folder.mkdir(parents=True, exist_ok=True)
     command = run.command(base, data, out)
     started = time.perf_counter()
     with (folder / "train.log").open("w") as log_file:
-        code = subprocess.run(command, stdout=log_file, stderr=subprocess.STDOUT, check=False).returncode
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+        try:
+            code = process.wait(None if deadline is None else max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            code = process.wait()
+            log.warning("%s: stopped at the deadline", run.name)
     wall = round(time.perf_counter() - started, 1)
     metrics_file = folder / "metrics.json"
     best = json.loads(metrics_file.read_text()).get("best", {}) if metrics_file.is_file() else {}
     log.info("%s: exit %d, %s %s, %.0f s", run.name, code, run.metric, best.get(run.metric), wall)
     return {
         "name": run.name, "task": run.task, "metric": run.metric, "value": best.get(run.metric),
-        "epoch": best.get("epoch"), "exit_code": code, "wall_seconds": wall,
+        "epoch": best.get("epoch"), "exit_code": code, "wall_seconds": wall, "round": run.round,
+        "ensemble_eval": json.loads(metrics_file.read_text()).get("distillation", {}).get("ensemble_eval")
+        if metrics_file.is_file() else None,
         "command": " ".join(["python", *command[1:]]),
     }  # fmt: skip
 
@@ -114,14 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", type=int, default=4, help="runs at once")
     parser.add_argument("--only", help="comma-separated name prefixes (sst2, squad, ...)")
     parser.add_argument("--round", type=int, default=1, help="which round of SWEEP to run")
+    parser.add_argument("--deadline", type=float, help="seconds after which unfinished runs are stopped")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     prefixes = tuple(args.only.split(",")) if args.only else ("",)
     runs = [run for run in SWEEP if run.name.startswith(prefixes) and run.round == args.round]
+    deadline = None if args.deadline is None else time.monotonic() + args.deadline
     with ThreadPoolExecutor(args.parallel) as pool:
-        results = list(pool.map(lambda run: run_one(run, args.base, args.data, args.out), runs))
+        results = list(pool.map(lambda run: run_one(run, args.base, args.data, args.out, deadline), runs))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "sweep.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / f"sweep-round{args.round}.json").write_text(json.dumps(results, indent=2) + "\n")
     return 0 if all(result["exit_code"] == 0 for result in results) else 1
 
 

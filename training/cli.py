@@ -187,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     qa.add_argument("--articles", help="SQuAD article range of --train, e.g. 0:16")
     qa.add_argument("--eval-articles", help="SQuAD article range of --eval, e.g. 16:")
+    distill = finetune.add_argument_group("distillation (text-classification, question-answering)")
+    distill.add_argument(
+        "--teacher", type=Path, action="append",
+        help="fine-tuned checkpoint of this task (repeatable): the student learns their ensemble's distribution too",
+    )  # fmt: skip
+    distill.add_argument("--distill-alpha", type=float, default=0.5, help="weight of the gold-label loss")
+    distill.add_argument("--distill-temperature", type=float, default=2.0, help="softmax temperature of both sides")
     _add_training_arguments(finetune, TrainingArguments(learning_rate=5e-5, batch_size=32))
     return parser
 
@@ -209,6 +216,7 @@ def _training_arguments(args: argparse.Namespace, **extra: object) -> TrainingAr
 
 
 def _run(args: argparse.Namespace) -> dict:
+    from training.distill import DistillOptions
     from training.finetune import FinetuneOptions, finetune
     from training.pretrain import PretrainOptions, pretrain
 
@@ -241,6 +249,10 @@ def _run(args: argparse.Namespace) -> dict:
             doc_stride=args.doc_stride or args.max_length // 3, max_query_length=args.max_query_length,
             max_answer_length=args.max_answer_length, articles=args.articles, eval_articles=args.eval_articles,
             relevance_head=args.relevance_head, random_init=args.random_init,
+            distill=(
+                DistillOptions(tuple(args.teacher), args.distill_alpha, args.distill_temperature)
+                if args.teacher else None
+            ),
             training=_training_arguments(args, epochs=args.epochs, max_steps=args.max_steps),
         )  # fmt: skip
         return finetune(finetune_options, runtime)

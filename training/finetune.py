@@ -8,6 +8,7 @@ its logit (sentence-transformers' CrossEncoder loss), targets in [0, 1] (the sco
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -35,6 +36,16 @@ from training.data import (
     read_classification_rows,
     read_tagged_sentences,
     read_text_lines,
+)
+from training.distill import (
+    DistillOptions,
+    Ensemble,
+    attach_targets,
+    check_teacher,
+    distillation_collate,
+    distillation_loss,
+    distilled_outputs,
+    ensemble_report,
 )
 from training.evaluation import AnswerEvaluation, MaskedWordEvaluation, Predict, WordLabelEvaluation
 from training.metrics import classification_metrics, entity_metrics, squad_metrics
@@ -70,6 +81,7 @@ class FinetuneOptions:
     eval_articles: str | None = None
     relevance_head: bool = False
     random_init: bool = False
+    distill: DistillOptions | None = None
     training: TrainingArguments = field(default_factory=TrainingArguments)
 
 
@@ -286,6 +298,39 @@ def _fill_mask(options: FinetuneOptions, context: TaskContext) -> TaskData:
     return TaskData(train_features, collator, evaluate, {}, loss_fn=masked_lm_training_loss)
 
 
+def _with_teachers(
+    options: FinetuneOptions, task_data: TaskData, context: TaskContext
+) -> tuple[TaskData, dict[str, Any]]:
+    """The task's data with the teachers' ensemble targets attached, its collate and loss distilling them."""
+    assert options.distill is not None
+    keys = distilled_outputs(options.task, options.relevance_head)
+    architecture = task_spec(options.task).architecture
+    student_labels = task_data.config_overrides.get("id2label")
+    teachers = []
+    for path in options.distill.teachers:
+        check_teacher(path, load_config(path).id2label or {}, student_labels)
+        teachers.append(load_model(path, architecture))
+    ensemble = Ensemble(teachers, keys).to(context.device)
+    predict = _predictor(options, context)
+    features = attach_targets(task_data.train_features, ensemble, keys, predict)
+    scores = ensemble_report(task_data.evaluate, ensemble)
+    report = {
+        "teachers": [str(path) for path in options.distill.teachers],
+        "alpha": options.distill.alpha,
+        "temperature": options.distill.temperature,
+        "ensemble_eval": scores,
+    }
+    distilled = TaskData(
+        features,
+        distillation_collate(task_data.collate_fn, keys),
+        task_data.evaluate,
+        task_data.config_overrides,
+        loss_fn=distillation_loss(keys, options.distill),
+    )
+    del ensemble, teachers
+    return distilled, report
+
+
 TASK_BUILDERS = {
     "text-classification": _classification,
     "question-answering": _question_answering,
@@ -308,10 +353,14 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
         pad_token_id = pad_token_id_of(tokenizer, options.base)
     except ValueError as error:
         raise CheckpointError(f"{options.base}: {error}") from None
-    task_data = TASK_BUILDERS[options.task](options, TaskContext(tokenizer, pad_token_id, runtime.device))
+    context = TaskContext(tokenizer, pad_token_id, runtime.device)
+    task_data = TASK_BUILDERS[options.task](options, context)
     if not task_data.train_features:
         raise DataError(f"{options.train_file}: no training examples")
     model = load_model(options.base, spec.architecture, random_init=options.random_init, **task_data.config_overrides)
+    distillation: dict[str, Any] = {}
+    if options.distill is not None:  # after the student's head is drawn: loading teachers draws random weights too
+        task_data, distillation = _with_teachers(options, task_data, context)
     if model.config.pad_token_id != pad_token_id:
         logger.warning(
             "config.json's pad_token_id %s differs from the tokenizer's pad token id %s (batches are padded with it)",
@@ -343,4 +392,7 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
         primary_metric=spec.primary_metric if task_data.evaluate else None,
         loss_fn=task_data.loss_fn,
     )
+    if distillation and runtime.is_main:
+        report["distillation"] = distillation
+        (options.out / "metrics.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
