@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     pretrain.add_argument("--eval-every", type=int, help="evaluate on held-out pairs every N steps (default steps/10)")
     pretrain.add_argument("--eval-fraction", type=float, default=0.05, help="share of pairs held out (max 2000)")
     pretrain.add_argument("--max-passes", type=float, default=100.0, help="refuse runs needing more corpus passes")
+    pretrain.add_argument(
+        "--dupe-factor", type=int, default=1,
+        help="draw the sentence pairs N times, each with fresh random next sentences (BERT's dupe_factor)",
+    )  # fmt: skip
     _add_training_arguments(pretrain, TrainingArguments(learning_rate=1e-4, batch_size=32))
 
     scores = commands.add_parser(
@@ -234,6 +238,7 @@ def _run(args: argparse.Namespace) -> dict:
                 corpus=args.corpus, out=args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
                 layers=args.layers, hidden=args.hidden, heads=args.heads, intermediate=args.intermediate,
                 max_length=args.max_length, eval_fraction=args.eval_fraction, max_passes=args.max_passes,
+                dupe_factor=args.dupe_factor,
                 training=_training_arguments(
                     args, max_steps=args.steps, eval_every_steps=args.eval_every or max(1, args.steps // 10)
                 ),

@@ -19,7 +19,7 @@ from training.data import DataError, Feature
 from training.losses import masked_lm_loss
 from training.metrics import MlmAccumulator
 from training.model import BertConfig, BertForPreTraining
-from training.pretrain_data import MlmCollator, corpus_to_nsp_features
+from training.pretrain_data import MlmCollator, corpus_to_nsp_draws, corpus_to_nsp_features
 from training.tokenizer import load_tokenizer, pad_token_id_of, save_tokenizer, train_wordpiece
 from training.train import Runtime, TensorBatch, TrainingArguments, train
 
@@ -39,6 +39,7 @@ class PretrainOptions:
     max_length: int = 128
     eval_fraction: float = 0.05
     max_passes: float = 100.0
+    dupe_factor: int = 1  # times the NSP pairs are drawn, each draw with fresh random next sentences
     training: TrainingArguments = field(default_factory=lambda: TrainingArguments(max_steps=1000, learning_rate=1e-4))
 
 
@@ -57,11 +58,13 @@ def pretraining_loss(model: nn.Module, batch: TensorBatch) -> tuple[torch.Tensor
     return mlm + nsp, {"mlm_loss": float(mlm.detach()), "nsp_loss": float(nsp.detach())}
 
 
-def _split(features: list[Feature], fraction: float, seed: int) -> tuple[list[Feature], list[Feature]]:
-    shuffled = list(features)
-    random.Random(seed).shuffle(shuffled)
-    held_out = min(2000, int(len(shuffled) * fraction)) if fraction > 0 else 0
-    return shuffled[held_out:], shuffled[:held_out]
+def _split(draws: list[list[Feature]], fraction: float, seed: int) -> tuple[list[Feature], list[Feature]]:
+    """Pairs held out by their first sentence: held out in draw 0 (the evaluation), left out of every draw."""
+    order = list(range(len(draws[0])))
+    random.Random(seed).shuffle(order)
+    held_out = min(2000, int(len(order) * fraction)) if fraction > 0 else 0
+    train_indices = order[held_out:]
+    return [draw[i] for draw in draws for i in train_indices], [draws[0][i] for i in order[:held_out]]
 
 
 def _tokenizer_for(options: PretrainOptions, runtime: Runtime):
@@ -141,8 +144,10 @@ def pretrain(options: PretrainOptions, runtime: Runtime) -> dict[str, Any]:
         pad_token_id = pad_token_id_of(tokenizer, tokenizer_folder)
     except ValueError as error:
         raise DataError(f"{tokenizer_folder}: {error}") from None
-    features = corpus_to_nsp_features(options.corpus, tokenizer, options.max_length, args.seed)
-    train_features, eval_features = _split(features, options.eval_fraction, args.seed)
+    if options.dupe_factor < 1:
+        raise DataError(f"--dupe-factor must be at least 1, got {options.dupe_factor}")
+    draws = corpus_to_nsp_draws(options.corpus, tokenizer, options.max_length, args.seed, options.dupe_factor)
+    train_features, eval_features = _split(draws, options.eval_fraction, args.seed)
     steps = args.max_steps or 1
     needed = steps * args.batch_size * args.grad_accum * runtime.world_size
     if len(train_features) < args.batch_size * runtime.world_size or needed > options.max_passes * len(train_features):

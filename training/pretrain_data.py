@@ -130,14 +130,24 @@ def encode_nsp_pairs(pairs: Sequence[tuple[list[int], list[int], int]], cls_id: 
     return features
 
 
-def corpus_to_nsp_features(path: Path, tokenizer: Tokenizer, max_length: int, seed: int) -> list[Feature]:
+def corpus_to_nsp_draws(path: Path, tokenizer: Tokenizer, max_length: int, seed: int, draws: int = 1) -> list[list[Feature]]:
+    """The corpus's sentence pairs drawn ``draws`` times (BERT's dupe_factor): pair i of every draw starts with the
+    same sentence A, while whether B is the next sentence or a random one, and which, is drawn afresh per draw, so
+    many passes over a small corpus cannot memorise the NSP labels. Draw 0 uses ``seed``, draw k ``seed + k``."""
     documents = read_corpus_documents(path)
     sentence_lists = [[enc.ids for enc in tokenizer.encode_batch(d, add_special_tokens=False)] for d in documents]
-    try:
-        pairs = build_nsp_pairs(sentence_lists, max_length, random.Random(seed))
-    except DataError as error:
-        raise DataError(f"{path}: {error}") from None
-    if not pairs:
-        raise DataError(f"{path}: no line has two sentences, so no next-sentence pairs can be built")
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    return encode_nsp_pairs(pairs, cls_id, sep_id)
+    result = []
+    for draw in range(draws):
+        try:
+            pairs = build_nsp_pairs(sentence_lists, max_length, random.Random(seed + draw))
+        except DataError as error:
+            raise DataError(f"{path}: {error}") from None
+        if not pairs:
+            raise DataError(f"{path}: no line has two sentences, so no next-sentence pairs can be built")
+        result.append(encode_nsp_pairs(pairs, cls_id, sep_id))
+    return result
+
+
+def corpus_to_nsp_features(path: Path, tokenizer: Tokenizer, max_length: int, seed: int) -> list[Feature]:
+    return corpus_to_nsp_draws(path, tokenizer, max_length, seed)[0]

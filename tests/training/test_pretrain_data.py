@@ -120,3 +120,28 @@ def test_mlm_collator_refuses_a_tokenizer_without_a_pad_token() -> None:
     vocab = {token: index for index, token in enumerate(["[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])}
     with pytest.raises(DataError, match=r"\[PAD\]"):
         MlmCollator(Tokenizer(models.WordPiece(vocab, unk_token="[UNK]")))
+
+
+def test_each_draw_keeps_sentence_a_and_draws_its_next_sentence_afresh(tmp_path: Path, tiny_wordpiece) -> None:
+    from training.pretrain import _split
+    from training.pretrain_data import corpus_to_nsp_draws
+
+    lines = [f"Story {d} begins here. It goes on with {d}. Then {d} ends. Finally {d} is over." for d in range(12)]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n")
+    draws = corpus_to_nsp_draws(corpus, tiny_wordpiece, max_length=64, seed=0, draws=6)
+    assert draws[0] == corpus_to_nsp_features(corpus, tiny_wordpiece, max_length=64, seed=0)  # draw 0 is today's
+
+    def sentence_a(feature) -> list[int]:  # type: ignore[no-untyped-def]
+        return feature["input_ids"][1 : feature["token_type_ids"].index(1) - 1]
+
+    assert all(len(draw) == len(draws[0]) == 36 for draw in draws)
+    for i in range(36):
+        assert len({tuple(sentence_a(draw[i])) for draw in draws}) == 1
+    labels = [[draw[i]["next_sentence_label"][0] for draw in draws] for i in range(36)]
+    assert sum(len(set(row)) > 1 for row in labels) > 18  # most pairs change label between draws
+    train, held_out = _split(draws, fraction=0.25, seed=0)
+    assert len(held_out) == 9 and len(train) == 6 * 27
+    held_indices = {next(i for i, f in enumerate(draws[0]) if f is held) for held in held_out}
+    trained = {id(f) for f in train}
+    assert all(id(draw[i]) not in trained for draw in draws for i in held_indices)  # held out of every draw
