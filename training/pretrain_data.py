@@ -130,7 +130,9 @@ def encode_nsp_pairs(pairs: Sequence[tuple[list[int], list[int], int]], cls_id: 
     return features
 
 
-def corpus_to_nsp_draws(path: Path, tokenizer: Tokenizer, max_length: int, seed: int, draws: int = 1) -> list[list[Feature]]:
+def corpus_to_nsp_draws(
+    path: Path, tokenizer: Tokenizer, max_length: int, seed: int, draws: int = 1
+) -> list[list[Feature]]:
     """The corpus's sentence pairs drawn ``draws`` times (BERT's dupe_factor): pair i of every draw starts with the
     same sentence A, while whether B is the next sentence or a random one, and which, is drawn afresh per draw, so
     many passes over a small corpus cannot memorise the NSP labels. Draw 0 uses ``seed``, draw k ``seed + k``."""
