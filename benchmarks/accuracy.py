@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import platform
+import random
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,7 @@ RESULTS = REPO_ROOT / "benchmarks" / "results" / "accuracy.json"
 PRECISIONS = {"fp32": "none", "int8": "int8"}
 GENERATED_DATA = RUNS / "data"  # data files a recipe derives from the shared data (see `prepare`)
 WIKITEXT_HELDOUT_FRACTION = 0.1
+CALIBRATION_ROWS = 256  # training rows whose windows calibrate a static int8 export
 
 
 def is_wikitext_heading(line: str) -> bool:
@@ -86,6 +88,7 @@ class AccuracyRecipe:
     target: float | None = None
     prepare: Callable[[], Path] | None = None
     int8_arguments: tuple[str, ...] = ()  # the int8 export's own options
+    static_int8: bool = False  # int8 with activation scales calibrated on CALIBRATION_ROWS training rows
     init: str = "minilm"  # the encoder trained from: minilm, pretrained-here (benchmarks.pretraining) or random-init
     score_as: str | None = None  # the recipe whose scorer reads this one's eval set (default: its own name)
 
@@ -223,21 +226,70 @@ def train(recipe: AccuracyRecipe) -> dict[str, Any]:
     return record
 
 
+def calibration_file(recipe: AccuracyRecipe) -> Path:
+    """CALIBRATION_ROWS rows drawn (seed 0) from the recipe's training data, in the export's --eval-data format."""
+    name = recipe.score_as or recipe.name
+    rows: list[dict[str, Any]]
+    if name in ("sst2", "rte"):
+        texts = read_sst2("train") if name == "sst2" else read_rte("train")
+        rows = [
+            {"text": t.text, **({"text_pair": t.text_pair} if t.text_pair else {}), "label": t.label} for t in texts
+        ]
+    elif name == "squad":
+        rows = [{"question": e.question, "context": e.context, "answers": list(e.answers)} for e in read_squad(0, 16)]
+    elif name == "conll":
+        rows = [{"words": list(s.words), "tags": list(s.tags)} for s in read_conll("train")]
+    else:
+        raise ValueError(f"no calibration rows for {recipe.name}")
+    chosen = random.Random(0).sample(rows, min(CALIBRATION_ROWS, len(rows)))
+    GENERATED_DATA.mkdir(parents=True, exist_ok=True)
+    path = GENERATED_DATA / f"{name}-calibration.jsonl"
+    write_if_changed(path, [json.dumps(row) for row in chosen])
+    return path
+
+
+def export_arguments(recipe: AccuracyRecipe, precision: str) -> list[str]:
+    arguments = ["--quantize", PRECISIONS[precision], "--max-length", str(recipe.serve_max_length)]
+    if precision == "int8":
+        arguments += recipe.int8_arguments
+        if recipe.static_int8:
+            arguments += ["--int8-calibration", str(calibration_file(recipe).relative_to(REPO_ROOT))]
+    return arguments
+
+
 def export(recipe: AccuracyRecipe, precision: str) -> Path:
+    """The bundle, exported unless one newer than the weights was exported with the same arguments."""
     checkpoint, bundle = RUNS / recipe.name, RUNS / "bundles" / f"{recipe.name}-{precision}"
+    record = bundle.with_name(f"{bundle.name}.export.json")
+    arguments = export_arguments(recipe, precision)
     weights = max(path.stat().st_mtime for path in checkpoint.glob("*.safetensors"))
-    if (bundle / "bundle.json").is_file() and (bundle / "bundle.json").stat().st_mtime >= weights:
+    fresh = (bundle / "bundle.json").is_file() and (bundle / "bundle.json").stat().st_mtime >= weights
+    if fresh and record.is_file() and json.loads(record.read_text()) == arguments:
         return bundle
     if bundle.exists():
         shutil.rmtree(bundle)
-    command = [
-        sys.executable, "-m", "model_export", str(checkpoint), str(bundle), "--quiet",
-        "--quantize", PRECISIONS[precision], "--max-length", str(recipe.serve_max_length),
-        *(recipe.int8_arguments if precision == "int8" else ()),
-    ]  # fmt: skip
-    log.info("[%s] exporting %s", recipe.name, precision)
+    command = [sys.executable, "-m", "model_export", str(checkpoint), str(bundle), "--quiet", *arguments]
+    log.info("[%s] exporting %s: %s", recipe.name, precision, " ".join(arguments))
     subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}, check=True)
+    record.write_text(json.dumps(arguments) + "\n")
     return bundle
+
+
+def int8_facts(bundle: Path) -> dict[str, Any]:
+    """How the int8 graph was made and what it buys: from bundle.json's int8 parity report."""
+    parity = json.loads((bundle / "bundle.json").read_text()).get("parity", {}).get("int8", {})
+    return {
+        "method": "static" if "calibration" in parity else "dynamic",
+        "kept_fp32": len(parity.get("kept_fp32", {})),
+        "speedup_vs_fp32": parity.get("speedup_vs_fp32"),
+        "speed_batch": parity.get("speed_batch"),
+        "export_arguments": export_arguments_record(bundle),
+    }
+
+
+def export_arguments_record(bundle: Path) -> list[str]:
+    record = bundle.with_name(f"{bundle.name}.export.json")
+    return json.loads(record.read_text()) if record.is_file() else []
 
 
 def score(recipe: AccuracyRecipe, served: served_scores.Served, bundle: Path) -> dict[str, float]:
@@ -286,6 +338,7 @@ def run_recipe(recipe: AccuracyRecipe) -> list[dict[str, Any]]:
                 "wall_s": record["wall_s"], "score_wall_s": round(time.time() - started, 1),
                 "load_avg": {"train_start": record["load_avg_start"], "train_end": record["load_avg_end"]},
                 "device": f"trained on {record.get('trained_on') or device_name()}, served on {device_name()}",
+                **({"int8": int8_facts(bundles[precision])} if precision == "int8" else {}),
                 **encoder,
             })  # fmt: skip
     return rows

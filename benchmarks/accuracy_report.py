@@ -76,6 +76,38 @@ def pretraining_section(rows: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def int8_section(rows: list[dict[str, Any]]) -> list[str]:
+    """int8 against fp32 per task: the accuracy it costs (issue 25 allows 0.5 points) and the speed it buys."""
+    by_task: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        by_task.setdefault(row["task"], {})[row["precision"]] = row
+    lines = [
+        "## int8 against fp32",
+        "",
+        "Speed-up: the export's own measurement (bundle.json `parity.int8.speedup_vs_fp32`, sequences per second on "
+        "one probe batch, B x T given); HTTP pass: seconds to score the eval set through the server, fp32 / int8.",
+        "",
+        "| task | fp32 | int8 | loss (points) | within 0.5 | int8 graph | nodes kept fp32 | speed-up (batch) "
+        "| HTTP pass s |",
+        "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |",
+    ]
+    for task, pair in by_task.items():
+        if "fp32" not in pair or "int8" not in pair:
+            continue
+        fp32, int8 = pair["fp32"], pair["int8"]
+        facts = int8.get("int8") or {}
+        loss = fp32["value"] - int8["value"]
+        batch = "x".join(str(size) for size in facts.get("speed_batch") or []) or "?"
+        speedup = facts.get("speedup_vs_fp32")
+        lines.append(
+            f"| {task} | {fp32['value']:.2f} | {int8['value']:.2f} | {loss:+.2f} | {'yes' if loss <= 0.5 else 'no'} | "
+            f"{facts.get('method', 'dynamic (not recorded)')} | {facts.get('kept_fp32', '?')} | "
+            f"{f'{speedup:.2f}x' if speedup else '?'} ({batch}) | "
+            f"{fp32.get('score_wall_s', '?')} / {int8.get('score_wall_s', '?')} |"
+        )
+    return [*lines, ""]
+
+
 def anchors() -> list[str]:
     lines = ["| task | published model | value | source |", "| --- | --- | ---: | --- |"]
     for task, entries in PUBLISHED.items():
@@ -94,6 +126,7 @@ def write(rows: list[dict[str, Any]], histories: dict[str, list[dict[str, Any]]]
         "",
         *table(rows),
         "",
+        *int8_section(rows),
         *pretraining_section(rows),
         "Published anchors:",
         "",

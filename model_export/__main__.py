@@ -27,6 +27,7 @@ def request_default(text: str) -> tuple[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     from model_export.validate import FP32_ATOL, FP32_RTOL
+
     parser = argparse.ArgumentParser(
         prog="bertserve-export", description="Export a BERT checkpoint folder to a validated ONNX bundle folder."
     )
@@ -87,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         "`python -m benchmarks.int8_nodes` measures which nodes a task's accuracy needs",
     )  # fmt: skip
     parser.add_argument(
+        "--int8-calibration", metavar="FILE", default=None,
+        help="with --quantize int8: JSONL rows in --eval-data's format (labels unused, e.g. a few hundred training "
+        "rows) that calibrate static int8: fixed activation scales (QDQ MatMuls), so an answer no longer depends on "
+        "what it is batched with (default: dynamic int8)",
+    )  # fmt: skip
+    parser.add_argument(
         "--token-embeddings", action="store_true",
         help="feature-extraction: the graph also gives each token's state, which TEI's /embed_all answers "
         "(default: the sentence embedding only)",
@@ -133,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             int8_fp32_attention=args.int8_fp32_attention,
             token_embeddings=args.token_embeddings,
             request_defaults=dict(args.request_default),
+            int8_calibration=args.int8_calibration,
         )
     except ExportError as error:
         print(f"bertserve-export: error: {error}", file=sys.stderr)

@@ -52,6 +52,7 @@ from contract.bundle import (
 from contract.tasks import TASKS
 from model_export import optimize as graph_rewrites
 from model_export import validate
+from model_export.calibration import CALIBRATION_DESCRIPTION, WindowReader, quantize_int8_static
 from model_export.checkpoint_files import (
     SentencePooling,
     prepare_tokenizer,
@@ -71,7 +72,7 @@ from model_export.int8_checks import (
 from model_export.memory import describe_peak, release_memory
 from model_export.onnx_files import external_data_file, save_single_file
 from model_export.progress import Progress
-from model_export.task_eval import EvalModel, measure_int8_loss, metric_name, read_eval_rows
+from model_export.task_eval import EvalModel, measure_int8_loss, metric_name, read_eval_rows, row_windows
 from model_export.torch_export import (
     OnnxAdapter,
     SentenceEmbedder,
@@ -155,6 +156,21 @@ def _fuse(source: Path, target: Path, shape: tuple[int, int, int], family: Famil
         return {}
 
 
+def calibrate_int8(
+    model: EvalModel, source: Path, target: Path, rows: list[Any], keep_fp32: dict[str, str]
+) -> dict[str, Any]:
+    """Static int8 of ``source`` calibrated on the windows of ``rows``; what bundle.json records of it."""
+    windows = row_windows(model, rows)
+    inputs = [node.name for node in onnx.load(str(source), load_external_data=False).graph.input]
+    reader = WindowReader(windows, model.pad_token_id, model.use_token_types, inputs)
+    quantize_int8_static(source, target, reader, list(keep_fp32))
+    return {
+        "method": "static QDQ (MatMul), " + CALIBRATION_DESCRIPTION,
+        "rows": len(rows),
+        "windows": len(windows),
+    }
+
+
 def export_bundle(
     checkpoint_dir: str | Path,
     out_dir: str | Path,
@@ -174,6 +190,7 @@ def export_bundle(
     int8_fp32_attention: bool = False,
     token_embeddings: bool = False,
     request_defaults: dict[str, Any] | None = None,
+    int8_calibration: str | Path | None = None,
 ) -> Bundle:
     """Export a checkpoint folder into a validated bundle at out_dir; ExportError (ParityError) on any failure.
 
@@ -190,6 +207,8 @@ def export_bundle(
     report, ``kept_fp32``). ``token_embeddings`` (feature-extraction only): the graph also gives the encoder's token
     states, ``token_embeddings`` (B, T, H), which TEI's ``/embed_all`` answers. ``request_defaults``: parameters
     the served model answers with when a request leaves them out (``{"aggregation_strategy": "first"}``).
+    ``int8_calibration`` (with int8): JSONL rows in ``eval_data``'s format (labels unused) whose windows calibrate
+    static int8 (``calibration``: QDQ MatMuls, fixed activation scales) instead of dynamic int8.
     """
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     if quantize not in QUANTIZATIONS:
@@ -198,6 +217,8 @@ def export_bundle(
         raise ExportError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
     if (int8_fp32_ffn_layers or int8_fp32_attention) and quantize != "int8":
         raise ExportError("int8_fp32_ffn_layers and int8_fp32_attention apply to --quantize int8 only")
+    if int8_calibration is not None and quantize != "int8":
+        raise ExportError("int8_calibration applies to --quantize int8 only")
     if precision == "fp16" and quantize != "none":
         raise ExportError("int8 quantization is a CPU path; it cannot be combined with precision fp16")
     if precision == "fp16" and "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -228,6 +249,7 @@ def export_bundle(
         tokenizer, special, do_lower_case, settings = prepare_tokenizer(checkpoint_dir, task, facts.vocab_size)
         max_length = resolve_max_length(max_length, settings, facts.max_positions)
         eval_rows = None if eval_data is None else read_eval_rows(eval_data, task, facts.id2label)
+        calibration_rows = None if int8_calibration is None else read_eval_rows(int8_calibration, task, facts.id2label)
         if token_embeddings and task != "feature-extraction":
             raise ExportError(f"token_embeddings apply to feature-extraction only, not {task}")
         outputs = TASKS[task].outputs + (("token_embeddings",) if token_embeddings else ())
@@ -270,16 +292,28 @@ def export_bundle(
                     parity["fp32"] = check_parity(
                         task, model_path, batches, references, outputs, fp32_tolerance, "fused graph"
                     )
+        eval_model = EvalModel(
+            task, tokenizer, max_length, facts.id2label, special_ids.cls, special_ids.pad, special.mask_token,
+            facts.type_vocab_size > 1,
+        )  # fmt: skip
         if quantize == "int8":
-            with progress.step("quantizing to int8 (dynamic, per-channel)"):
+            how = "dynamic" if calibration_rows is None else f"static QDQ, calibrated on {len(calibration_rows)} rows"
+            with progress.step(f"quantizing to int8 ({how}, per-channel)"):
                 int8_path = work / "int8.onnx"
                 keep_fp32 = graph_rewrites.kept_fp32_nodes(model_path, int8_fp32_ffn_layers, int8_fp32_attention)
-                graph_rewrites.quantize_int8(model_path, int8_path, list(keep_fp32))
+                calibration: dict[str, Any] = {}
+                if calibration_rows is None:
+                    graph_rewrites.quantize_int8(model_path, int8_path, list(keep_fp32))
+                else:
+                    calibration = calibrate_int8(eval_model, model_path, int8_path, calibration_rows, keep_fp32)
+                    calibration["data_sha256"] = file_sha256(Path(int8_calibration))  # type: ignore[arg-type]
                 release_memory()
                 tolerance = default_tolerance("fp32", "int8", atol, rtol)
                 parity["int8"] = check_parity(task, int8_path, batches, references, outputs, tolerance, "int8 graph")
                 if keep_fp32:
                     parity["int8"]["kept_fp32"] = keep_fp32
+                if calibration:
+                    parity["int8"]["calibration"] = calibration
                 # Sentence embeddings of natural text are held tighter than the random-token probe (cosine only).
                 parity["int8"]["texts"] = check_parity(
                     task, int8_path, texts, references[: len(texts)], outputs, TEXT_TOLERANCE_INT8,
@@ -291,10 +325,6 @@ def export_bundle(
                 parity["int8"].update(compare_with_fp32(task, model_path, int8_path, batches, speed_batch))
             if eval_rows is not None:
                 with progress.step(f"scoring fp32 and int8 on {len(eval_rows)} eval rows ({metric_name(task)})"):
-                    eval_model = EvalModel(
-                        task, tokenizer, max_length, facts.id2label, special_ids.cls, special_ids.pad,
-                        special.mask_token, facts.type_vocab_size > 1,
-                    )  # fmt: skip
                     quantization_eval = measure_int8_loss(eval_model, model_path, int8_path, eval_rows, max_loss)
                     quantization_eval["data_sha256"] = file_sha256(Path(eval_data))  # type: ignore[arg-type]
                 log_int8_verdict(quantization_eval)

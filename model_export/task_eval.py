@@ -175,22 +175,55 @@ def _run_rows(model: EvalModel, session: Any, rows: Sequence[tuple[list[int], li
     return results
 
 
-def _predict_labels(model: EvalModel, session: Any, rows: Sequence[Row]) -> list[str]:
+Window = tuple[list[int], list[int]]  # (input_ids, token_type_ids) of one window the graph runs on
+
+
+def _text_windows(model: EvalModel, rows: Sequence[Row]) -> list[Window]:
+    """One window per row, as text-classification and fill-mask encode them (text, optional text_pair)."""
     tokenizer = windowing_tokenizer(model.tokenizer, model.max_length)
     encodings = [
         tokenizer.encode(row["text"], row["text_pair"]) if row.get("text_pair") else tokenizer.encode(row["text"])
         for row in rows
     ]
-    outputs = _run_rows(model, session, [(encoding.ids, encoding.type_ids) for encoding in encodings])
+    return [(encoding.ids, encoding.type_ids) for encoding in encodings]
+
+
+def _word_windows(model: EvalModel, rows: Sequence[Row]) -> tuple[list[Any], list[Window]]:
+    stride = window_stride(model.tokenizer, model.max_length)
+    tokenizer = windowing_tokenizer(model.tokenizer, model.max_length, stride)
+    encoded = encode_word_lists(tokenizer, [row["words"] for row in rows])
+    return encoded, [(window.ids, window.type_ids) for item in encoded for window in item.windows]
+
+
+def _answer_windows(model: EvalModel, rows: Sequence[Row]) -> tuple[list[Any], list[Window]]:
+    max_seq_len, doc_stride = resolve_window(model.max_length)
+    pairs = [(row["question"], row["context"]) for row in rows]
+    check_room_for_context(plain_tokenizer(model.tokenizer), pairs, max_seq_len, doc_stride)
+    tokenizer = windowing_tokenizer(model.tokenizer, max_seq_len, doc_stride, "only_second")
+    encoded = encode_question_contexts(tokenizer, pairs, model.cls_token_id)
+    return encoded, [(window.ids, window.type_ids) for item in encoded for window in item.windows]
+
+
+def row_windows(model: EvalModel, rows: Sequence[Row]) -> list[Window]:
+    """Every window the graph runs on to predict ``rows``, as the service windows them (static int8 calibrates on
+    these)."""
+    if model.task in ("text-classification", "fill-mask"):
+        return _text_windows(model, rows)
+    if model.task == "token-classification":
+        return _word_windows(model, rows)[1]
+    if model.task == "question-answering":
+        return _answer_windows(model, rows)[1]
+    raise EvalDataError(f"task {model.task} has no eval rows")
+
+
+def _predict_labels(model: EvalModel, session: Any, rows: Sequence[Row]) -> list[str]:
+    outputs = _run_rows(model, session, _text_windows(model, rows))
     best = [int(np.argmax(output["logits"])) for output in outputs]
     return [model.id2label.get(label, f"LABEL_{label}") for label in best]
 
 
 def _predict_tags(model: EvalModel, session: Any, rows: Sequence[Row]) -> list[list[str]]:
-    stride = window_stride(model.tokenizer, model.max_length)
-    tokenizer = windowing_tokenizer(model.tokenizer, model.max_length, stride)
-    encoded = encode_word_lists(tokenizer, [row["words"] for row in rows])
-    windows = [(window.ids, window.type_ids) for item in encoded for window in item.windows]
+    encoded, windows = _word_windows(model, rows)
     logits = [output["logits"] for output in _run_rows(model, session, windows)]
     tags, offset = [], 0
     for item in encoded:
@@ -201,12 +234,7 @@ def _predict_tags(model: EvalModel, session: Any, rows: Sequence[Row]) -> list[l
 
 
 def _predict_answers(model: EvalModel, session: Any, rows: Sequence[Row]) -> list[str]:
-    max_seq_len, doc_stride = resolve_window(model.max_length)
-    pairs = [(row["question"], row["context"]) for row in rows]
-    check_room_for_context(plain_tokenizer(model.tokenizer), pairs, max_seq_len, doc_stride)
-    tokenizer = windowing_tokenizer(model.tokenizer, max_seq_len, doc_stride, "only_second")
-    encoded = encode_question_contexts(tokenizer, pairs, model.cls_token_id)
-    windows = [(window.ids, window.type_ids) for item in encoded for window in item.windows]
+    encoded, windows = _answer_windows(model, rows)
     outputs = _run_rows(model, session, windows)
     answers, offset = [], 0
     for item in encoded:
@@ -221,17 +249,16 @@ def _predict_masked_tokens(model: EvalModel, session: Any, rows: Sequence[Row]) 
     mask_id = model.tokenizer.token_to_id(model.mask_token)
     if mask_id is None:
         raise EvalDataError(f"the tokenizer lacks the mask token {model.mask_token!r}")
-    tokenizer = windowing_tokenizer(model.tokenizer, model.max_length)
-    encodings = [tokenizer.encode(row["text"]) for row in rows]
+    windows = _text_windows(model, rows)
     positions = []
-    for number, (row, encoding) in enumerate(zip(rows, encodings, strict=True), start=1):
+    for number, (row, (ids, _)) in enumerate(zip(rows, windows, strict=True), start=1):
         if model.tokenizer.token_to_id(row["target"]) is None:
             raise EvalDataError(f"eval row {number}: target {row['target']!r} is not a vocabulary token")
-        found = [index for index, token in enumerate(encoding.ids) if token == mask_id]
+        found = [index for index, token in enumerate(ids) if token == mask_id]
         if len(found) != 1:
             raise EvalDataError(f"eval row {number}: needs exactly one {model.mask_token} within the model's length")
         positions.append(found[0])
-    outputs = _run_rows(model, session, [(encoding.ids, encoding.type_ids) for encoding in encodings])
+    outputs = _run_rows(model, session, windows)
     best = [int(np.argmax(output["logits"][position])) for output, position in zip(outputs, positions, strict=True)]
     return [model.tokenizer.id_to_token(token) or "" for token in best]
 
