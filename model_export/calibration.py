@@ -13,7 +13,7 @@ for x86): the fused Attention nodes stay fp32, as do the nodes the caller names.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,17 +73,26 @@ def with_value_types(source: Path, target: Path) -> None:
     onnx.save_model(inferred, str(target))
 
 
-def quantize_int8_static(source: Path, target: Path, reader: WindowReader, keep_fp32: Sequence[str] = ()) -> None:
-    """QDQ int8 of ``source``'s MatMuls (but ``keep_fp32``), activation scales calibrated on ``reader``."""
+def quantize_int8_static(
+    source: Path,
+    target: Path,
+    reader: WindowReader,
+    keep_fp32: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
+) -> None:
+    """QDQ int8 of ``source``'s MatMuls (but ``keep_fp32``), activation scales calibrated on ``reader``.
+    ``options``: more of onnxruntime's quantiser extra_options (benchmarks.int8_static compares some)."""
     typed = target.with_name(f".{target.stem}.typed.onnx")
     with_value_types(source, typed)
     try:
-        _quantize(typed, target, reader, keep_fp32)
+        _quantize(typed, target, reader, keep_fp32, {**_extra_options(), **(options or {})})
     finally:
         typed.unlink(missing_ok=True)
 
 
-def _quantize(source: Path, target: Path, reader: WindowReader, keep_fp32: Sequence[str]) -> None:
+def _quantize(
+    source: Path, target: Path, reader: WindowReader, keep_fp32: Sequence[str], extra_options: dict[str, Any]
+) -> None:
     quantize_static(
         str(source),
         str(target),
@@ -96,7 +105,7 @@ def _quantize(source: Path, target: Path, reader: WindowReader, keep_fp32: Seque
         nodes_to_exclude=list(keep_fp32),
         calibrate_method=CALIBRATION_METHOD,
         use_external_data_format=False,
-        extra_options=_extra_options(),
+        extra_options=extra_options,
     )
 
 

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.data import DataError, Feature
+from training.evaluation import Predict
 from training.train import LossFunction, TensorBatch
 
 logger = logging.getLogger(__name__)
@@ -34,8 +35,6 @@ DISTILLED_OUTPUTS = {"text-classification": ("logits",), "question-answering": (
 TEACHER_PREFIX = "teacher_"
 # Padded positions of a teacher's per-token log-probabilities: no probability mass, yet finite so KL stays finite.
 MASKED_LOGIT = -1e4
-
-Predict = Callable[[nn.Module, Sequence[Feature]], list[dict[str, torch.Tensor]]]
 
 
 @dataclass(frozen=True)

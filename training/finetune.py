@@ -8,7 +8,6 @@ its logit (sentence-transformers' CrossEncoder loss), targets in [0, 1] (the sco
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -391,8 +390,6 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
         evaluate=task_data.evaluate,
         primary_metric=spec.primary_metric if task_data.evaluate else None,
         loss_fn=task_data.loss_fn,
+        report_extra={"distillation": distillation} if distillation else None,
     )
-    if distillation and runtime.is_main:
-        report["distillation"] = distillation
-        (options.out / "metrics.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -214,8 +214,10 @@ def train(
     evaluate: Evaluator | None = None,
     primary_metric: str | None = None,
     loss_fn: LossFunction = default_loss,
+    report_extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Train; returns the metrics.json content (best metrics, history, settings). Only rank 0 writes files."""
+    """Train; returns the metrics.json content (best metrics, history, settings, and ``report_extra``, written from
+    the first evaluation on). Only rank 0 writes files."""
     set_seed(args.seed)
     model.to(runtime.device).train()
     dataset: Dataset[Any] = train_features  # type: ignore[assignment]  # a list is a map-style dataset
@@ -253,7 +255,8 @@ def train(
     history: list[dict[str, Any]] = []
     best: dict[str, Any] | None = None
     report: dict[str, Any] = {
-        "settings": {**asdict(args), "total_steps": total_steps, "world_size": runtime.world_size}
+        "settings": {**asdict(args), "total_steps": total_steps, "world_size": runtime.world_size},
+        **(report_extra or {}),
     }
 
     def checkpoint(step: int, epoch: float, train_losses: dict[str, float]) -> None:
