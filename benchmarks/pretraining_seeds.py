@@ -55,7 +55,7 @@ def summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         differences = [pretrained[seed] - random[seed] for seed in seeds]
         lines.append({
-            "subset": subset or "all", "seeds": seeds, "pretrained": [pretrained[s] for s in seeds],
+            "subset": "first 4,000" if subset else "all", "seeds": seeds, "pretrained": [pretrained[s] for s in seeds],
             "random": [random[s] for s in seeds], "differences": [round(d, 2) for d in differences],
             "mean_difference": round(statistics.fmean(differences), 2),
             "min_difference": round(min(differences), 2), "max_difference": round(max(differences), 2),
