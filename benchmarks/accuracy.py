@@ -238,9 +238,7 @@ def calibration_file(recipe: AccuracyRecipe) -> Path:
     rows: list[dict[str, Any]]
     if name in ("sst2", "rte"):
         texts = read_sst2("train") if name == "sst2" else read_rte("train")
-        rows = [
-            {"text": t.text, **({"text_pair": t.text_pair} if t.text_pair else {}), "label": t.label} for t in texts
-        ]
+        rows = [text.eval_row() for text in texts]
     elif name == "squad":
         rows = [{"question": e.question, "context": e.context, "answers": list(e.answers)} for e in read_squad(0, 16)]
     elif name == "conll":

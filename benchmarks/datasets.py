@@ -54,6 +54,10 @@ class LabelledText:
     label: str
     text_pair: str | None = None
 
+    def eval_row(self) -> dict[str, str]:
+        """The row in model_export's --eval-data / --int8-calibration format."""
+        return {"text": self.text, **({"text_pair": self.text_pair} if self.text_pair else {}), "label": self.label}
+
 
 @dataclass(frozen=True)
 class QaExample:

@@ -32,7 +32,7 @@ WORK = REPO_ROOT / "benchmarks" / "scratch" / "int8-static"
 
 def text_rows(task: str, split: str) -> list[dict[str, Any]]:
     data = read_sst2(split) if task == "sst2" else read_rte(split)
-    return [{"text": t.text, **({"text_pair": t.text_pair} if t.text_pair else {}), "label": t.label} for t in data]
+    return [text.eval_row() for text in data]
 
 
 def variants(source: Path, reader: WindowReader) -> dict[str, Callable[[Path], None]]:
