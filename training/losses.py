@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 
 def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """logits (B, T, V), labels (B, T) -> mean cross entropy over the positions whose label is not -100.
+    """logits (B, T, V) or (N, V), labels (B, T) or (N,) -> mean cross entropy over the labels that are not -100.
 
     A batch with no such position (a few short lines can draw no [MASK] at all) gives 0, not the NaN of a plain
     mean over nothing, and that 0 still backpropagates (zero gradients). Computed in float32 under autocast too.

@@ -51,9 +51,10 @@ def masked_lm_training_loss(model: nn.Module, batch: TensorBatch) -> tuple[torch
 
 
 def pretraining_loss(model: nn.Module, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, float]]:
-    """Summed MLM + NSP loss; both parts are reported."""
-    outputs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    mlm = masked_lm_loss(outputs["prediction_logits"], batch["labels"])
+    """Summed MLM + NSP loss; both parts are reported. The MLM head runs at the masked positions only."""
+    masked = batch["labels"].ne(-100)  # (B, T)
+    outputs = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], masked_positions=masked)
+    mlm = masked_lm_loss(outputs["prediction_logits"], batch["labels"][masked])  # logits (N, V), labels (N,)
     nsp = F.cross_entropy(outputs["seq_relationship_logits"].float(), batch["next_sentence_label"])
     return mlm + nsp, {"mlm_loss": float(mlm.detach()), "nsp_loss": float(nsp.detach())}
 

@@ -245,3 +245,28 @@ def test_mlm_heads_report_a_finite_loss_for_a_batch_with_nothing_masked(
     assert torch.isfinite(outputs["loss"]) and outputs["loss"].item() == 0.0  # no NSP label: the MLM part only
     outputs["loss"].backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_pretraining_head_at_masked_positions_gives_the_full_heads_logits_loss_and_gradients(
+    padded_batch: dict[str, torch.Tensor],
+) -> None:
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(**TINY_BERT_CONFIG)).eval()
+    masked = torch.zeros_like(padded_batch["input_ids"], dtype=torch.bool)
+    masked[0, [1, 4, 9]] = masked[1, 2] = masked[2, 1] = True
+    labels = padded_batch["input_ids"].masked_fill(~masked, -100)
+    targets = {"labels": labels, "next_sentence_label": torch.tensor([0, 1, 0])}
+
+    full = model(**padded_batch, **targets)
+    full["loss"].backward()
+    full_gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    sparse = model(**padded_batch, **targets, masked_positions=masked)
+    sparse["loss"].backward()
+
+    assert sparse["prediction_logits"].shape == (5, TINY_BERT_CONFIG["vocab_size"])
+    torch.testing.assert_close(sparse["prediction_logits"], full["prediction_logits"][masked])
+    torch.testing.assert_close(sparse["loss"], full["loss"])
+    for name, parameter in model.named_parameters():
+        if name in full_gradients:
+            torch.testing.assert_close(parameter.grad, full_gradients[name], msg=name)
