@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -48,17 +47,19 @@ def test_results_of_one_bound_only_still_render() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_session_cpu_counts_the_leader_and_its_reaped_children() -> None:
-    busy_child = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'sum(range(30_000_000))'])"
-    process = subprocess.Popen([sys.executable, "-c", busy_child + "; import time; time.sleep(2)"],
-                               start_new_session=True)  # fmt: skip
+    # the child spins until it has used 0.5 s of CPU itself, however fast the machine: a fixed amount of work was
+    # once 0.29 s, under the bound
+    spin = "import time\nwhile time.process_time() < 0.5: pass"
+    busy_child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}])"
+    leader = busy_child + "; print('reaped', flush=True); import time; time.sleep(2)"
+    process = subprocess.Popen([sys.executable, "-c", leader], start_new_session=True, stdout=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and session_cpu_seconds(process.pid) < 0.3:
-            time.sleep(0.1)
-        assert session_cpu_seconds(process.pid) >= 0.3
+        assert process.stdout is not None and process.stdout.readline() == b"reaped\n"
+        # only the leader is left in the session: the child's 0.5 s are in the leader's cutime/cstime
+        assert session_cpu_seconds(process.pid) >= 0.45
     finally:
         process.kill()
-        process.wait()
+        process.communicate()
 
 
 @pytest.mark.parametrize(("p50_ms", "met"), [(4.9, True), (5.2, False)])
