@@ -24,7 +24,7 @@ RECORD = RUNS / "pretrain.train.json"
 # 5.5M parameters (4 x 256, vocabulary 8,000 trained on the corpus), 6,500 steps of 32: about 35 passes over the
 # 5,800 sentence pairs, so the pairs are drawn 35 times (--dupe-factor), each draw with fresh random next sentences:
 # with one draw the NSP labels were memorised (held-out NSP 52 %). 52 minutes on two cores with the full-vocabulary
-# MLM head (the head at masked positions only now takes 0.58 of the time a step). 11,000 steps at 1e-3 (chosen on a
+# MLM head (the head at masked positions only now takes 0.64 of the time a step). 11,000 steps at 1e-3 (chosen on a
 # GPU by held-out MLM, benchmarks.pretraining_sweep; 56.6 minutes) learnt more English but helped SST-2 less:
 # training/RESULTS.md.
 PRETRAIN_ARGUMENTS = (

@@ -15,7 +15,6 @@ import argparse
 import json
 import logging
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.accuracy import SST2_ARGUMENTS
+from benchmarks.recipe_sweep import run_logged
 
 log = logging.getLogger(__name__)
 
@@ -86,27 +86,18 @@ class Runner:
         self.deadline = deadline
 
     def run(self, command: list[str], folder: Path) -> tuple[int, float]:
-        folder.mkdir(parents=True, exist_ok=True)
-        with self.slots, (folder / "run.log").open("w") as log_file:
-            started = time.monotonic()
-            process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
-            try:
-                code = process.wait(max(1.0, self.deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.terminate()
-                code = process.wait()
-                log.warning("%s: stopped at the deadline", folder.name)
-            return code, round(time.monotonic() - started, 1)
+        with self.slots:
+            return run_logged(command, folder / "run.log", self.deadline)
 
 
-def best_of(folder: Path) -> dict[str, Any]:
+def metrics_of(folder: Path) -> dict[str, Any]:
     metrics = folder / "metrics.json"
     return json.loads(metrics.read_text()) if metrics.is_file() else {}
 
 
 def finetune(runner: Runner, base: Path, sst2: Path, out: Path, seed: int, random_init: bool) -> dict[str, Any]:
     code, wall = runner.run(finetune_command(base, sst2, out, seed, random_init), out)
-    metrics = best_of(out)
+    metrics = metrics_of(out)
     history = [round(100 * epoch["accuracy"], 2) for epoch in metrics.get("history", []) if "accuracy" in epoch]
     accuracy = metrics.get("best", {}).get("accuracy")
     return {
@@ -119,7 +110,7 @@ def chain(runner: Runner, config: Pretraining, corpus: Path, sst2: Path, out: Pa
     """Pre-train one configuration, then fine-tune from it under every seed, side by side with its shape's random
     twin when ``twin`` (the first configuration of each shape)."""
     code, wall = runner.run(config.command(corpus, out), out / config.name / "pretrain")
-    best = best_of(out / config.name).get("best") or {}
+    best = metrics_of(out / config.name).get("best") or {}
     record: dict[str, Any] = {
         "name": config.name, "shape": config.shape, "exit_code": code, "wall_s": wall,
         "command": " ".join(["python", *config.command(corpus, out)[1:]]),
@@ -130,20 +121,14 @@ def chain(runner: Runner, config: Pretraining, corpus: Path, sst2: Path, out: Pa
         return record
     base = out / config.name
     jobs = [(seed, False) for seed in SEEDS] + ([(seed, True) for seed in SEEDS] if twin else [])
+
+    def one(job: tuple[int, bool]) -> dict[str, Any]:
+        seed, random_init = job
+        name = f"random-{config.shape}" if random_init else config.name
+        return finetune(runner, base, sst2, out / f"ft-{name}-{seed}", seed, random_init)
+
     with ThreadPoolExecutor(len(jobs)) as pool:
-        runs = list(
-            pool.map(
-                lambda job: finetune(
-                    runner,
-                    base,
-                    sst2,
-                    out / f"ft-{'random-' + config.shape if job[1] else config.name}-{job[0]}",
-                    job[0],
-                    job[1],
-                ),
-                jobs,
-            )
-        )
+        runs = list(pool.map(one, jobs))
     record["finetunes"] = [run for run in runs if not run["random_init"]]
     record["random"] = [run for run in runs if run["random_init"]]
     return record

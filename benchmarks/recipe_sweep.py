@@ -116,21 +116,27 @@ SWEEP: tuple[SweepRun, ...] = (
 # fmt: on
 
 
-def run_one(run: SweepRun, base: Path, data: Path, out: Path, deadline: float | None = None) -> dict[str, object]:
-    """One run, stopped at ``deadline`` (time.monotonic) if it lasts that long: its best epoch so far is kept."""
-    folder = out / run.name
-    folder.mkdir(parents=True, exist_ok=True)
-    command = run.command(base, data, out)
-    started = time.perf_counter()
-    with (folder / "train.log").open("w") as log_file:
+def run_logged(command: list[str], log_path: Path, deadline: float | None = None) -> tuple[int, float]:
+    """Run ``command`` with its output in ``log_path``, stopped at ``deadline`` (time.monotonic) if it lasts that
+    long; returns its exit code and wall seconds."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with log_path.open("w") as log_file:
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
         try:
             code = process.wait(None if deadline is None else max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             process.terminate()
             code = process.wait()
-            log.warning("%s: stopped at the deadline", run.name)
-    wall = round(time.perf_counter() - started, 1)
+            log.warning("%s: stopped at the deadline", log_path.parent.name)
+    return code, round(time.monotonic() - started, 1)
+
+
+def run_one(run: SweepRun, base: Path, data: Path, out: Path, deadline: float | None = None) -> dict[str, object]:
+    """One run, stopped at ``deadline`` (time.monotonic) if it lasts that long: its best epoch so far is kept."""
+    folder = out / run.name
+    command = run.command(base, data, out)
+    code, wall = run_logged(command, folder / "train.log", deadline)
     metrics_file = folder / "metrics.json"
     best = json.loads(metrics_file.read_text()).get("best", {}) if metrics_file.is_file() else {}
     log.info("%s: exit %d, %s %s, %.0f s", run.name, code, run.metric, best.get(run.metric), wall)
