@@ -9,8 +9,10 @@ load the folder as they would a Hub checkpoint. Export-time only (needs torch an
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,8 +113,47 @@ LABELS = {
 }
 
 
+def words_of(tokenizer: Any, texts: Iterable[str]) -> Counter[str]:
+    """How often each pre-token (normalised, pre-tokenised as ``tokenizer`` does) occurs in ``texts``."""
+    normalize = tokenizer.normalizer.normalize_str if tokenizer.normalizer is not None else str
+    return Counter(word for text in texts for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(normalize(text)))
+
+
+def wordpiece_vocab(tokenizer: Any, texts: Iterable[str], size: int, specials: list[str]) -> dict[str, int]:
+    """Specials, every character alone and as ``##`` continuation, then the most frequent words (ties by spelling).
+
+    Words left out (rarer, or longer forms such as "lives" beside "live") split into pieces, as WordPiece does."""
+    words = words_of(tokenizer, texts)
+    characters = sorted({character for word in words for character in word})
+    pieces = [*specials, *characters, *(f"##{character}" for character in characters)]
+    ranked = sorted((word for word in words if len(word) > 1), key=lambda word: (-words[word], word))
+    pieces += ranked[: max(0, size - len(pieces))]
+    return {piece: index for index, piece in enumerate(dict.fromkeys(pieces))}
+
+
+def unigram_vocab(tokenizer: Any, texts: Iterable[str], size: int, specials: list[str]) -> list[tuple[str, float]]:
+    """Specials, then characters and the most frequent whole pre-tokens, scored by their log frequency.
+
+    A word costs one piece's log-probability, its characters several, so known words stay whole and the rest
+    split; every character of the corpus has a piece, so nothing in it becomes unknown."""
+    words = words_of(tokenizer, texts)
+    counts: Counter[str] = Counter()
+    for word, count in words.items():
+        for character in word:
+            counts[character] += count
+    ranked = sorted((word for word in words if len(word) > 1), key=lambda word: (-words[word], word))
+    counts.update({word: words[word] for word in ranked[: max(0, size - len(specials) - len(counts))]})
+    total = sum(counts.values())
+    ordered = sorted(counts, key=lambda piece: (-counts[piece], piece))
+    return [*((special, 0.0) for special in specials), *((piece, math.log(counts[piece] / total)) for piece in ordered)]
+
+
 def train_tokenizer(kit: FamilyKit) -> Any:
-    """A ``tokenizers.Tokenizer`` of the family's kind, trained on ``corpus()``, with the family's pair template."""
+    """A ``tokenizers.Tokenizer`` of the family's kind, learnt from ``corpus()``, with the family's pair template.
+
+    The same on every run and machine: byte-level BPE is trained (its merges are reproducible); WordPiece and Unigram
+    vocabularies are counted here, as ``tokenizers``' trainers for them break ties in hash order (another vocabulary,
+    so another random model and other near-ties at the pipelines' top-k cuts, each run)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     specials = kit.specials
@@ -124,21 +165,24 @@ def train_tokenizer(kit: FamilyKit) -> Any:
         tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tokenizer.decoder = decoders.WordPiece()
-        trainer: Any = trainers.WordPieceTrainer(vocab_size=400, special_tokens=special_list)
+        vocab = wordpiece_vocab(tokenizer, corpus(), 400, special_list)
+        tokenizer.model = models.WordPiece(vocab, unk_token=specials["unk"])
     elif kit.tokenizer_kind == "bpe":
         tokenizer = Tokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tokenizer.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(
+        trainer: Any = trainers.BpeTrainer(
             vocab_size=500, special_tokens=special_list, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
         )
+        tokenizer.train_from_iterator(corpus(), trainer)
     else:
         tokenizer = Tokenizer(models.Unigram())
         tokenizer.normalizer = normalizers.Sequence([normalizers.Replace("``", '"'), normalizers.NFKC()])
         tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
         tokenizer.decoder = decoders.Metaspace()
-        trainer = trainers.UnigramTrainer(vocab_size=400, special_tokens=special_list, unk_token=specials["unk"])
-    tokenizer.train_from_iterator(corpus(), trainer)
+        pieces = unigram_vocab(tokenizer, corpus(), 400, special_list)
+        tokenizer.model = models.Unigram(pieces, unk_id=special_list.index(specials["unk"]), byte_fallback=False)
+    tokenizer.add_special_tokens(special_list)  # matched whole in text ("[MASK]"), as trainers register them
     cls, sep = specials["cls"], specials["sep"]
     cls_id, sep_id = tokenizer.token_to_id(cls), tokenizer.token_to_id(sep)
     if kit.prefix in ("Roberta", "XLMRoberta", "Camembert", "MPNet"):

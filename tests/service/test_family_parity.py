@@ -89,17 +89,35 @@ def test_token_classification(family: dict[str, Any], strategy: str) -> None:
             assert_item(mine, other, f"{family['type']} {strategy}[{index}][{position}]")
 
 
-# An answer's score over many windows is the sum of its per-window scores within each window's top-k cut; in the
-# long context, near-equal small candidates at a cut swap under float rounding (ORT and torch round differently, and
-# the server may batch windows with other padding), moving a summed score by ~1e-3 (deberta-v2: 0.0941 vs 0.0929,
-# in 2 of 10 runs on 2026-11-26).
-# Spans and their order stay exact.
-LONG_QA_TOLERANCE = 5e-3
 QA_INPUTS = [
     {"question": "Where does John Smith live?", "context": SENTENCES[0]},
     {"question": "Who visited London?", "context": LONG_TEXT},
     {"question": "What flows through the city?", "context": "  The river   flows,\tthrough the old city 🙂 café…  "},
 ]
+# Relative score gap under which two spans at a window's candidate cut may swap: ORT and torch logits differ by
+# ~4e-6 on these models, so the spans' scores by about that much relatively.
+CUT_TIE = 1e-4
+
+
+def window_cut_slack(pipeline: Any, item: dict[str, str], params: dict[str, Any]) -> float:
+    """How far float rounding may move an answer's score: the summed scores of near-tied spans at windows' cuts.
+
+    The QA pipeline keeps each window's best ``2 * top_k + 10`` spans and sums, per answer text, the scores of the
+    kept spans that give that text. Where the last kept span ties the first dropped one, ORT and torch may keep
+    different ones, moving a summed score by the kept span's score (deberta-v2, where tokens without absolute
+    positions tie exactly, moved one by 0.0036)."""
+    from transformers.pipelines.question_answering import select_starts_ends
+
+    preprocess, _, postprocess = pipeline._sanitize_parameters(**params)
+    kept = 2 * postprocess["top_k"] + 10
+    slack = 0.0
+    for window in pipeline.preprocess(pipeline.create_sample(item["question"], item["context"]), **preprocess):
+        output = pipeline.forward(window)
+        mask = output["attention_mask"].numpy() if output.get("attention_mask") is not None else None
+        scores = select_starts_ends(output["start"], output["end"], output["p_mask"], mask, 1e6, kept + 1)[2]
+        if len(scores) > kept and scores[kept - 1] - scores[kept] <= CUT_TIE * scores[kept - 1]:
+            slack += float(scores[kept - 1])
+    return slack
 
 
 @pytest.mark.parametrize("params", [{"top_k": 3}, {"top_k": 2, "max_seq_len": 48, "doc_stride": 16}], ids=str)
@@ -108,7 +126,7 @@ def test_question_answering(family: dict[str, Any], params: dict[str, Any]) -> N
     results = post(family["client"], task, {"inputs": QA_INPUTS, **params})
     for index, (item, result) in enumerate(zip(QA_INPUTS, results, strict=True)):
         theirs = family["pipelines"][task](**item, **params)
-        tolerance = LONG_QA_TOLERANCE if item["context"] == LONG_TEXT else TOLERANCE
+        tolerance = TOLERANCE + window_cut_slack(family["pipelines"][task], item, params)
         ranked = theirs if isinstance(theirs, list) else [theirs]
         assert_ranked_same(result, ranked, f"{family['type']}[{index}]", tolerance)
 

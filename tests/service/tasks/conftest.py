@@ -20,8 +20,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors  # noqa: E402
 
+from model_export.family_checkpoints import wordpiece_vocab  # noqa: E402
 from service.tasks.base import ModelContext  # noqa: E402
 
 MAX_LENGTH = 64
@@ -45,12 +46,14 @@ SEED = 0
 
 
 def train_tokenizer() -> Tokenizer:
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+    """The same vocabulary every run (tokenizers' WordPiece trainer breaks ties in hash order)."""
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix="##")
-    trainer = trainers.WordPieceTrainer(vocab_size=300, min_frequency=1, special_tokens=SPECIAL_TOKENS)
-    tokenizer.train_from_iterator(CORPUS * 3, trainer=trainer)
+    vocab = wordpiece_vocab(tokenizer, CORPUS, 300, SPECIAL_TOKENS)
+    tokenizer.model = models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100)
+    tokenizer.add_special_tokens(SPECIAL_TOKENS)
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
