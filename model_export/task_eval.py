@@ -30,16 +30,14 @@ from contract.decoding import (
     check_room_for_context,
     decode_qa_answers,
     encode_question_contexts,
-    encode_word_lists,
-    label_words,
     resolve_window,
-    window_stride,
     windowing_tokenizer,
 )
 from contract.files import read_jsonl
 from contract.mask_probes import plain_tokenizer
 from contract.onnx_io import ort_session, pad_rows, run_session
 from contract.tasks import task_spec
+from contract.word_decoding import encode_word_lists, label_words, window_stride
 from model_export.validate import ExportError
 from training.metrics import accuracy, entity_metrics, squad_metrics
 

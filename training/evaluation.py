@@ -21,17 +21,14 @@ from torch import nn
 from contract.decoding import (
     DecodeInputError,
     QAWindows,
-    WordWindows,
     check_room_for_context,
     decode_qa_answers,
     encode_question_contexts,
-    encode_word_lists,
-    label_words,
     resolve_window,
-    window_stride,
     windowing_tokenizer,
 )
 from contract.mask_probes import MaskProbe, mask_probes, plain_tokenizer
+from contract.word_decoding import WordWindows, encode_word_lists, label_words, window_stride
 from training.data import IGNORE_INDEX, DataError, Feature
 from training.metrics import MlmAccumulator
 from training.squad import SquadExample

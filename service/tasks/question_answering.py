@@ -18,12 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from contract.decoding import (
-    QAWindows,
-    check_room_for_context,
-    decode_qa_answers,
-    encode_question_contexts,
-)
+from contract.decoding import QAWindows, check_room_for_context, decode_qa_answers, encode_question_contexts
 from contract.decoding import resolve_window as resolve_window_sizes
 from contract.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
@@ -48,8 +43,6 @@ class QAParams:
     max_question_len: int = 64
     handle_impossible_answer: bool = False
     score_aggregation: str = "sum"  # "max": equal answers of several windows keep the best score, in [0, 1]
-
-
 
 
 def resolve_window(ctx: ModelContext, params: QAParams) -> tuple[int, int]:

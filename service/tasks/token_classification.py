@@ -24,14 +24,9 @@ from typing import Any
 import numpy as np
 from tokenizers import Encoding
 
-from contract.decoding import (
-    WordWindows,
-    encode_word_lists,
-    label_words,
-    window_stride,
-    with_windows,
-)
+from contract.decoding import with_windows
 from contract.tasks import task_spec
+from contract.word_decoding import WordWindows, encode_word_lists, label_words, window_stride
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import (
     as_input_error,
@@ -142,8 +137,6 @@ class TokenClassificationHandler:
         if len(state.windows) > 1:
             entities = aggregate_overlapping_entities(entities)
         return [_public(entity) for entity in entities]
-
-
 
 
 def _prepare_words(ctx: ModelContext, inputs: list[Any], params: TokenClassificationParams) -> list[Prepared]:

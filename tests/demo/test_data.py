@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from contract.decoding import default_stride
+from contract.word_decoding import default_stride
 from demo import build, check, data, heldout, qa_paragraphs, vocabulary
 from demo.examples import EXAMPLES
 from model_export.__main__ import build_parser as export_parser

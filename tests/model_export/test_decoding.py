@@ -22,12 +22,10 @@ from contract.decoding import (
     check_room_for_context,
     decode_qa_answers,
     encode_question_contexts,
-    encode_word_lists,
-    label_words,
     resolve_window,
     windowing_tokenizer,
-    word_spans,
 )
+from contract.word_decoding import encode_word_lists, label_words, word_spans
 
 REPO = Path(__file__).resolve().parents[2]
 # multi-piece words (unbelievably, Schwarzenegger), punctuation inside a word (U.S.) and on its own (.)

@@ -14,7 +14,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from benchmarks.datasets import DataDirNotFound, shared_data_dir
-from contract.decoding import default_stride
+from contract.word_decoding import default_stride
 from service.tasks import (
     HANDLERS,
     ClassificationParams,

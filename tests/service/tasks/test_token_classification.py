@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from contract.decoding import default_stride
+from contract.word_decoding import default_stride
 from service.tasks import HANDLERS, InputError, TokenClassificationParams, WordsInput
 from service.tasks.token_classification import STRATEGIES
 from tests.service.tasks.conftest import MAX_LENGTH, NER_LABELS, TaskFixture, assert_same
