@@ -162,13 +162,21 @@ def _fit_state_dict(
 
 
 def load_model(
-    folder: str | Path, architecture: str | None = None, *, random_init: bool = False, **config_overrides: Any
+    folder: str | Path,
+    architecture: str | None = None,
+    *,
+    random_init: bool = False,
+    fresh_top_layers: int = 0,
+    **config_overrides: Any,
 ) -> BertPreTrainedModule:
     """Build ARCHITECTURES[architecture or the config's first architecture or BertModel] and load its weights.
 
     config_overrides (e.g. id2label, problem_type, hidden_dropout_prob) replace config.json values, which lets
     fine-tuning put a new head on a headless encoder. ``random_init`` keeps the folder's configuration but not its
-    weights: the from-scratch baseline that shows what pre-training gave. Returns the model in eval mode.
+    weights: the from-scratch baseline that shows what pre-training gave. ``fresh_top_layers`` leaves the top N
+    encoder layers and the pooler at their new random weights (Zhang et al. 2021, "Revisiting few-sample BERT
+    fine-tuning": the layers nearest the pre-training heads fit those heads, not the task); on random weights it
+    changes nothing. Returns the model in eval mode.
     """
     folder = Path(folder)
     config = load_config(folder)
@@ -188,9 +196,25 @@ def load_model(
     if random_init:
         return model.eval()
     state = _fit_state_dict(model, _read_state_dict(folder), folder)
+    if fresh_top_layers:
+        state = _without_top_layers(state, config.num_hidden_layers, fresh_top_layers, folder)
     model.load_state_dict(state, strict=False)
     model.tie_weights()
     return model.eval()
+
+
+def _without_top_layers(
+    state: dict[str, torch.Tensor], layers: int, fresh: int, folder: Path
+) -> dict[str, torch.Tensor]:
+    if not 0 < fresh <= layers:
+        raise CheckpointError(f"{folder}: cannot leave {fresh} of its {layers} layers fresh")
+    prefixes = tuple(
+        f"{bert}{part}" for bert in ("", "bert.")
+        for part in ("pooler.", *(f"encoder.layer.{index}." for index in range(layers - fresh, layers)))
+    )  # fmt: skip
+    kept = {key: tensor for key, tensor in state.items() if not key.startswith(prefixes)}
+    logger.info("%s: the top %d layers and the pooler start from random weights", folder, fresh)
+    return kept
 
 
 def save_model(

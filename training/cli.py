@@ -159,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep --base's configuration and tokenizer but start from random weights (the from-scratch baseline)",
     )
+    finetune.add_argument(
+        "--fresh-top-layers",
+        type=int,
+        default=0,
+        help="start the top N encoder layers and the pooler from random weights (no change with --random-init)",
+    )
     finetune.add_argument("--max-steps", type=int, help="stop after this many optimiser steps (overrides --epochs)")
     finetune.add_argument("--max-length", type=int, default=128, help="tokens per example / window")
     finetune.add_argument("--max-train-samples", type=int, help="use only the first N training examples")
@@ -254,6 +260,7 @@ def _run(args: argparse.Namespace) -> dict:
             doc_stride=args.doc_stride or args.max_length // 3, max_query_length=args.max_query_length,
             max_answer_length=args.max_answer_length, articles=args.articles, eval_articles=args.eval_articles,
             relevance_head=args.relevance_head, random_init=args.random_init,
+            fresh_top_layers=args.fresh_top_layers,
             distill=(
                 DistillOptions(tuple(args.teacher), args.distill_alpha, args.distill_temperature)
                 if args.teacher else None

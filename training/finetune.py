@@ -80,6 +80,7 @@ class FinetuneOptions:
     eval_articles: str | None = None
     relevance_head: bool = False
     random_init: bool = False
+    fresh_top_layers: int = 0
     distill: DistillOptions | None = None
     training: TrainingArguments = field(default_factory=TrainingArguments)
 
@@ -356,7 +357,10 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
     task_data = TASK_BUILDERS[options.task](options, context)
     if not task_data.train_features:
         raise DataError(f"{options.train_file}: no training examples")
-    model = load_model(options.base, spec.architecture, random_init=options.random_init, **task_data.config_overrides)
+    model = load_model(
+        options.base, spec.architecture, random_init=options.random_init, fresh_top_layers=options.fresh_top_layers,
+        **task_data.config_overrides,
+    )  # fmt: skip
     distillation: dict[str, Any] = {}
     if options.distill is not None:  # after the student's head is drawn: loading teachers draws random weights too
         task_data, distillation = _with_teachers(options, task_data, context)

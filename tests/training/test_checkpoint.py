@@ -264,3 +264,28 @@ def test_saved_folder_with_tokenizer_serves_a_transformers_fill_mask_pipeline(
     top = logits.softmax(-1).topk(3)
     assert [prediction["token"] for prediction in predictions] == top.indices.tolist()
     assert [prediction["score"] for prediction in predictions] == pytest.approx(top.values.tolist(), abs=1e-6)
+
+
+def test_fresh_top_layers_start_from_the_random_weights_and_keep_the_rest(save_hf_bert: SaveHfBert) -> None:
+    """--fresh-top-layers 1 on a 2-layer checkpoint: layer 1 and the pooler are what --random-init draws under the
+    same seed, the embeddings and layer 0 are the checkpoint's; on random weights the flag changes nothing."""
+    _, folder = save_hf_bert("BertForPreTraining")
+    loaded = load_model(folder, "BertForSequenceClassification", num_labels=2).state_dict()
+    torch.manual_seed(7)
+    fresh = load_model(folder, "BertForSequenceClassification", fresh_top_layers=1, num_labels=2).state_dict()
+    torch.manual_seed(7)
+    random = load_model(folder, "BertForSequenceClassification", random_init=True, num_labels=2).state_dict()
+    torch.manual_seed(7)
+    random_fresh = load_model(
+        folder, "BertForSequenceClassification", random_init=True, fresh_top_layers=1, num_labels=2
+    ).state_dict()
+    top = ("bert.encoder.layer.1.", "bert.pooler.", "classifier.")
+    for key, tensor in fresh.items():
+        source = random if key.startswith(top) else loaded
+        assert torch.equal(tensor, source[key]), key
+        assert torch.equal(random_fresh[key], random[key]), key
+    assert not torch.equal(
+        fresh["bert.encoder.layer.1.output.dense.weight"], loaded["bert.encoder.layer.1.output.dense.weight"]
+    )
+    with pytest.raises(CheckpointError, match="cannot leave 3 of its 2 layers fresh"):
+        load_model(folder, "BertForSequenceClassification", fresh_top_layers=3, num_labels=2)
