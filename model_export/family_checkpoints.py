@@ -1,6 +1,6 @@
 """Tiny random checkpoints of each BERT-family encoder, each with the kind of tokenizer the family really uses.
 
-Tests and the family benchmark build them offline: the tokenizer is trained with ``tokenizers`` on sentences made
+Tests and the family benchmark build them offline, the same on every run: the tokenizer is learnt from sentences made
 from a fixed word list (WordPiece for BERT/DistilBERT/ELECTRA/MPNet, byte-level BPE for RoBERTa/ModernBERT,
 Unigram with Metaspace for XLM-RoBERTa/CamemBERT/ALBERT/DeBERTa-v2), wrapped in the family's own fast-tokenizer
 class and saved with ``save_pretrained`` beside a random model of the asked head, so that transformers' pipelines
