@@ -193,11 +193,14 @@ def load_model(
         model = ARCHITECTURES[name](config)
     except ValueError as error:
         raise CheckpointError(f"{folder}: cannot build {name}: {error}") from error
+    layers = config.num_hidden_layers
+    if not 0 <= fresh_top_layers <= layers:
+        raise CheckpointError(f"{folder}: cannot leave {fresh_top_layers} of its {layers} layers fresh")
     if random_init:
         return model.eval()
     state = _fit_state_dict(model, _read_state_dict(folder), folder)
     if fresh_top_layers:
-        state = _without_top_layers(state, config.num_hidden_layers, fresh_top_layers, folder)
+        state = _without_top_layers(state, layers, fresh_top_layers, folder)
     model.load_state_dict(state, strict=False)
     model.tie_weights()
     return model.eval()
@@ -206,8 +209,6 @@ def load_model(
 def _without_top_layers(
     state: dict[str, torch.Tensor], layers: int, fresh: int, folder: Path
 ) -> dict[str, torch.Tensor]:
-    if not 0 < fresh <= layers:
-        raise CheckpointError(f"{folder}: cannot leave {fresh} of its {layers} layers fresh")
     prefixes = tuple(
         f"{bert}{part}" for bert in ("", "bert.")
         for part in ("pooler.", *(f"encoder.layer.{index}." for index in range(layers - fresh, layers)))
