@@ -1,7 +1,7 @@
 """``python -m benchmarks.fill_mask_relearn``: can all-MiniLM-L6-v2 relearn fill-mask from real English in minutes?
 
 The demo's fill-mask target (issue 24: a sensible word in the top 5 for 60 % of everyday sentences,
-``demo.heldout.CHECK_EVERYDAY_FILL_MASK``) needs an MLM head this encoder lost. Two ways, on WikiText-2 sentences
+``demo.heldout_probes.CHECK_EVERYDAY_FILL_MASK``) needs an MLM head this encoder lost. Two ways, on WikiText-2 sentences
 (the train split of ``benchmarks.accuracy.wikitext_split``; real English, more of it than the build could read):
 
 - ``probe``: the encoder frozen; the [MASK] states of layer L (every L) of masked sentences are collected once and a
@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from benchmarks.accuracy import wikitext_split
-from demo.heldout import CHECK_EVERYDAY_FILL_MASK
+from demo.heldout_probes import CHECK_EVERYDAY_FILL_MASK
 
 log = logging.getLogger("fill_mask_relearn")
 RESULTS = Path(__file__).with_name("results")
@@ -169,8 +169,9 @@ def write_markdown(result: dict[str, Any], path: Path) -> None:
         "# Relearning fill-mask on all-MiniLM-L6-v2 from real English",
         "",
         f"`{result['command']}`, load average {result['load_average_start']} at the start, "
-        f"{result['load_average_end']} at the end. Everyday: sentences of `demo.heldout.CHECK_EVERYDAY_FILL_MASK` "
-        "with a sensible word in the top 5 (the demo's target is 15 of 25).",
+        f"{result['load_average_end']} at the end. Everyday: sentences of "
+        "`demo.heldout_probes.CHECK_EVERYDAY_FILL_MASK` with a sensible word in the top 5 "
+        "(the demo's target is 15 of 25).",
         "",
         f"Frozen encoder, a new head on layer L's [MASK] states: {probe_result['positions']:,} masked positions of "
         f"{probe_result['sentences']:,} WikiText-2 sentences (collected in {probe_result['features_s']} s).",

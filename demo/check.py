@@ -3,9 +3,9 @@
     python -m demo.check --models models                 # one line per model; exit 1 below a threshold
     python -m demo.check --models models --only ner --json
 
-``demo/heldout.py`` makes the inputs from names, cities, organisations, templates and seeds that training
-never sees. Each request goes through what ``/v1/<task>`` runs (the request schema's defaults, then
-``Engine.infer``: the handler's windowing, batching, ONNX Runtime, decoding), without HTTP:
+``demo/heldout.py`` and ``demo/heldout_probes.py`` make the inputs from names, cities, organisations, templates
+and seeds that training never sees. Each request goes through what ``/v1/<task>`` runs (the request schema's
+defaults, then ``Engine.infer``: the handler's windowing, batching, ONNX Runtime, decoding), without HTTP:
 
 - ner (token-classification): a ~2,800-word text of everyday filler (music, the city, the river, days, months)
   with ~60 planted entities, as one input with the bundle's default aggregation ("first"). A predicted entity is right
@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from demo import heldout
+from demo import heldout, heldout_probes
 
 Figures = dict[str, Any]
 
@@ -126,7 +126,7 @@ async def _check_qa_long_context(engine: Any) -> Figures:
 async def _check_sentiment(engine: Any) -> Figures:
     from service.schemas import TextClassificationRequest
 
-    rows = heldout.heldout_sentiment()
+    rows = heldout_probes.heldout_sentiment()
     results = await _infer(engine, TextClassificationRequest, {"model": engine.name, "inputs": [t for t, _ in rows]})
     right = sum(labels[0]["label"] == label for (_, label), labels in zip(rows, results, strict=True))
     misses = [text for (text, label), labels in zip(rows, results, strict=True) if labels[0]["label"] != label]
@@ -142,12 +142,12 @@ def _words(predictions: list[Any]) -> list[str]:
 async def _check_fill_mask(engine: Any) -> Figures:
     from service.schemas import FillMaskRequest
 
-    probes = heldout.heldout_fill_mask()
+    probes = heldout_probes.heldout_fill_mask()
     results = await _infer(engine, FillMaskRequest, {"model": engine.name, "inputs": [t for t, _ in probes]})
     tops = [_words(predictions)[0] for predictions in results]
     right = sum(top == want for top, (_, want) in zip(tops, probes, strict=True))
     misses = [f"{text} -> {top!r}" for top, (text, want) in zip(tops, probes, strict=True) if top != want]
-    everyday = heldout.CHECK_EVERYDAY_FILL_MASK
+    everyday = heldout_probes.CHECK_EVERYDAY_FILL_MASK
     body = {"model": engine.name, "inputs": [text for text, _ in everyday], "top_k": 5}
     candidates = await _infer(engine, FillMaskRequest, body)
     pairs = zip(candidates, everyday, strict=True)

@@ -15,7 +15,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from contract.word_decoding import default_stride
-from demo import build, check, data, heldout, qa_paragraphs, vocabulary
+from demo import build, check, data, heldout, heldout_probes, qa_paragraphs, vocabulary
 from demo.examples import EXAMPLES
 from model_export.__main__ import build_parser as export_parser
 from tests.service.tiny_models import build_tiny_models, cache_key
@@ -159,14 +159,15 @@ def test_held_out_lists_and_templates_are_disjoint_from_training() -> None:
         shared = set(getattr(heldout.CHECK_FILLER, field)) & set(getattr(data.TRAINING_FILLER, field))
         assert not shared, f"filler {field} shared: {shared}"
     for check_words, training in (
-        (heldout.CHECK_POSITIVE_WORDS, vocabulary.POSITIVE_WORDS + vocabulary.NEGATIVE_WORDS),
-        (heldout.CHECK_NEGATIVE_WORDS, vocabulary.POSITIVE_WORDS + vocabulary.NEGATIVE_WORDS),
-        (heldout.CHECK_REVIEW_SUBJECTS, vocabulary.REVIEW_SUBJECTS),
-        (heldout.CHECK_POSITIVE_TEMPLATES, vocabulary.POSITIVE_TEMPLATES),
-        (heldout.CHECK_NEGATIVE_TEMPLATES, vocabulary.NEGATIVE_TEMPLATES),
+        (heldout_probes.CHECK_POSITIVE_WORDS, vocabulary.POSITIVE_WORDS + vocabulary.NEGATIVE_WORDS),
+        (heldout_probes.CHECK_NEGATIVE_WORDS, vocabulary.POSITIVE_WORDS + vocabulary.NEGATIVE_WORDS),
+        (heldout_probes.CHECK_REVIEW_SUBJECTS, vocabulary.REVIEW_SUBJECTS),
+        (heldout_probes.CHECK_POSITIVE_TEMPLATES, vocabulary.POSITIVE_TEMPLATES),
+        (heldout_probes.CHECK_NEGATIVE_TEMPLATES, vocabulary.NEGATIVE_TEMPLATES),
     ):
         assert not set(check_words) & set(training)
-    assert not {country for country, _ in heldout.CHECK_CAPITALS} & {country for country, _ in vocabulary.CAPITALS}
+    held_out_countries = {country for country, _ in heldout_probes.CHECK_CAPITALS}
+    assert not held_out_countries & {country for country, _ in vocabulary.CAPITALS}
 
 
 def test_held_out_names_are_whole_words_of_the_encoder_vocabulary(encoder_tokenizer: Tokenizer) -> None:
@@ -204,9 +205,9 @@ def test_held_out_qa_context_plants_three_people_at_start_middle_and_end() -> No
 
 
 def test_held_out_sentiment_and_fill_mask_probes() -> None:
-    rows = heldout.heldout_sentiment()
+    rows = heldout_probes.heldout_sentiment()
     assert Counter(label for _, label in rows) == {"POSITIVE": 20, "NEGATIVE": 20}
-    probes = heldout.heldout_fill_mask()
+    probes = heldout_probes.heldout_fill_mask()
     assert len(probes) >= 10 and all(text.count("[MASK]") == 1 for text, _ in probes)
 
 
