@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,11 @@ RECIPES: dict[str, AccuracyRecipe] = {
         ),
     )
 }  # fmt: skip
+# The rows sst2 and squad were trained on a lent GPU (benchmarks.recipe_sweep); these retrain the same recipes on
+# this machine's CPU, because the issue asks CPU to reproduce what a GPU found.
+RECIPES.update({
+    f"{name}-cpu": replace(RECIPES[name], name=f"{name}-cpu", score_as=name) for name in ("sst2", "squad")
+})  # fmt: skip
 
 
 def load_average() -> str:

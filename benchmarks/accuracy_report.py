@@ -16,8 +16,13 @@ TRAINED_METRICS = ("accuracy", "f1", "exact_match", "mlm_top1_accuracy", "mlm_to
 TRAINED_SCALE = {"squad": 1.0}
 HISTORY_METRIC = {
     "sst2": "accuracy", "rte": "accuracy", "conll": "f1", "squad": "f1", "mlm": "mlm_top1_accuracy",
-    "sst2-pretrained-here": "accuracy", "sst2-random-init": "accuracy",
+    "sst2-pretrained-here": "accuracy", "sst2-random-init": "accuracy", "sst2-cpu": "accuracy", "squad-cpu": "f1",
 }  # fmt: skip
+
+
+def trained_scale(task: str) -> float:
+    """What turns the training metric of a row named ``<dataset>[-variant]`` into percent."""
+    return TRAINED_SCALE.get(task.split("-")[0], 100.0)
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
@@ -28,7 +33,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     ]
     for row in rows:
         best = row.get("trained_best") or {}
-        scale = TRAINED_SCALE.get(row["task"], 100.0)
+        scale = trained_scale(row["task"])
         trained = ", ".join(f"{key} {scale * value:.2f}" for key, value in best.items() if key in TRAINED_METRICS)
         load = row.get("load_avg", {})
         target = f"{row['target']:.1f}" if row.get("target") is not None else "reported"
@@ -182,7 +187,7 @@ def plot(histories: dict[str, list[dict[str, Any]]], path: Path) -> None:
     figure, axis = plt.subplots(figsize=(6, 4))
     for task, history in histories.items():
         metric = HISTORY_METRIC.get(task)
-        scale = TRAINED_SCALE.get(task, 100.0)
+        scale = trained_scale(task)
         points = [(entry["epoch"], scale * entry[metric]) for entry in history if metric and metric in entry]
         if points:
             axis.plot(*zip(*points, strict=True), marker="o", label=f"{task} ({metric})")

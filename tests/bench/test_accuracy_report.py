@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks import accuracy
-from benchmarks.accuracy_report import pretraining_differences
+from benchmarks.accuracy_report import pretraining_differences, table
 
 
 def row(task: str, precision: str, value: float) -> dict[str, Any]:
@@ -56,3 +56,18 @@ def test_seed_summary_pairs_runs_by_seed() -> None:
     assert seeded("sst2-random-init", 42) is accuracy.RECIPES["sst2-random-init"]
     other = seeded("sst2-random-init", 1)
     assert other.name == "sst2-random-init-seed1" and other.arguments[-2:] == ("--seed", "1")
+
+
+def test_cpu_reproductions_share_their_recipe_and_scale() -> None:
+    for name in ("sst2", "squad"):
+        reproduction = accuracy.RECIPES[f"{name}-cpu"]
+        assert reproduction.arguments == accuracy.RECIPES[name].arguments
+        assert reproduction.score_as == name
+        assert reproduction.int8_arguments == accuracy.RECIPES[name].int8_arguments
+    squad = {
+        **row("squad-cpu", "fp32", 70.1), "metric": "f1", "target": 72.0, "wall_s": 60,
+        "trained_best": {"f1": 70.01, "exact_match": 57.19, "epoch": 5.0},
+    }  # fmt: skip
+    sst2 = {**squad, "task": "sst2-cpu", "trained_best": {"accuracy": 0.906, "epoch": 3.0}}
+    assert "f1 70.01, exact_match 57.19 (epoch 5.0)" in table([squad])[2]
+    assert "accuracy 90.60 (epoch 3.0)" in table([sst2])[2]
