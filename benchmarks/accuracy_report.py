@@ -16,7 +16,7 @@ TRAINED_METRICS = ("accuracy", "f1", "exact_match", "mlm_top1_accuracy", "mlm_to
 TRAINED_SCALE = {"squad": 1.0}
 HISTORY_METRIC = {
     "sst2": "accuracy", "rte": "accuracy", "conll": "f1", "squad": "f1", "mlm": "mlm_top1_accuracy",
-    "sst2-pretrained-here": "accuracy", "sst2-random-init": "accuracy", "sst2-cpu": "accuracy", "squad-cpu": "f1",
+    "sst2-pretrained-here": "accuracy", "sst2-random-init": "accuracy", "sst2-cpu": "accuracy",
 }  # fmt: skip
 
 
