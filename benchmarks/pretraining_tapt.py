@@ -1,0 +1,141 @@
+"""Task-adaptive pre-training (Gururangan et al. 2020, "Don't Stop Pretraining"): MLM on SST-2's own training
+sentences, without their labels, between pre-training and fine-tuning.
+
+    python -m benchmarks.pretraining_tapt
+
+For each start, the encoder pre-trained here on WikiText (benchmarks.pretraining) and random weights of its shape,
+tokenizer and seed: continued MLM on the SST-2 train sentences (`training finetune --task fill-mask`, TAPT_ARGUMENTS),
+then the product's SST-2 recipe (the sst2 row's) from that checkpoint. Set beside the accuracy rows
+sst2-pretrained-here and sst2-random-init, which skip the middle step. The MLM checkpoint has no pooler (BERT's pooler
+is trained by NSP), so the classifier's pooler starts from random weights on both sides. Scores are fine-tuning's own
+evaluation of SST-2 dev. Writes benchmarks/results/pretraining_tapt.{json,md}; finished runs are reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import accuracy, pretraining
+from benchmarks.datasets import REPO_ROOT, read_sst2, shared_data_dir
+from benchmarks.servers import OFFLINE_ENV
+
+TAPT_ARGUMENTS = (
+    "--epochs", "1", "--lr", "2e-4", "--warmup-ratio", "0.06", "--max-length", "64", "--batch-size", "32",
+    "--group-by-length",
+)  # fmt: skip
+STARTS = {"pretrained-here": (), "random-init": ("--random-init",)}
+RUNS = accuracy.RUNS / "tapt"
+RESULTS = accuracy.RESULTS.parent / "pretraining_tapt"
+
+log = logging.getLogger(__name__)
+
+
+def sst2_sentences() -> Path:
+    """SST-2 train's sentences, one a line, labels dropped: the text a task-adaptive MLM step reads."""
+    path = accuracy.GENERATED_DATA / "sst2-train-sentences.txt"
+    accuracy.GENERATED_DATA.mkdir(parents=True, exist_ok=True)
+    accuracy.write_if_changed(path, [row.text for row in read_sst2("train")])
+    return path
+
+
+def finetune(name: str, arguments: list[str]) -> dict[str, Any]:
+    """``training finetune`` into RUNS/name unless it finished there; returns its record and best metrics."""
+    out, record_path = RUNS / name, RUNS / f"{name}.train.json"
+    if not ((out / "metrics.json").is_file() and record_path.is_file()):
+        command = [sys.executable, "-m", "training", "finetune", "--out", str(out), *arguments]
+        log.info("[%s] %s", name, " ".join(command))
+        RUNS.mkdir(parents=True, exist_ok=True)
+        started, load_start = time.time(), accuracy.load_average()
+        status = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}).returncode
+        if status != 0:
+            raise SystemExit(f"{name} failed with exit code {status}")
+        record = {"wall_s": round(time.time() - started), "load_avg": [load_start, accuracy.load_average()]}
+        record_path.write_text(json.dumps(record) + "\n")
+    record = json.loads(record_path.read_text())
+    return {**record, "best": json.loads((out / "metrics.json").read_text()).get("best") or {}}
+
+
+def run_start(start: str) -> dict[str, Any]:
+    _, heldout = pretraining.wikitext_files()
+    mlm = finetune(f"mlm-{start}", [
+        "--task", "fill-mask", "--base", str(pretraining.pretrained_here()), "--train", str(sst2_sentences()),
+        "--eval", str(heldout), *TAPT_ARGUMENTS, *STARTS[start],
+    ])  # fmt: skip
+    data = shared_data_dir() / "sst2"
+    sst2 = finetune(f"sst2-{start}", [
+        "--task", "text-classification", "--base", str(RUNS / f"mlm-{start}"), "--train", str(data / "train.tsv"),
+        "--eval", str(data / "dev.tsv"), *accuracy.SST2_ARGUMENTS,
+    ])  # fmt: skip
+    return {
+        "start": start, "sst2_accuracy": round(100 * sst2["best"]["accuracy"], 2),
+        "mlm_top1_heldout_wikitext": round(100 * mlm["best"].get("mlm_top1_accuracy", 0.0), 2),
+        "mlm": {k: mlm[k] for k in ("wall_s", "load_avg")}, "sst2": {k: sst2[k] for k in ("wall_s", "load_avg")},
+    }  # fmt: skip
+
+
+def without_tapt() -> dict[str, float]:
+    """The accuracy rows that fine-tune straight from each start (served fp32, seed 42)."""
+    rows = json.loads(accuracy.RESULTS.read_text())
+    return {
+        start: row["value"] for start in STARTS for row in rows
+        if row["task"] == f"sst2-{start}" and row["precision"] == "fp32"
+    }  # fmt: skip
+
+
+def wall_and_load(record: dict[str, Any]) -> str:
+    return f"{record['wall_s'] / 60:.1f} min / {record['load_avg'][0]} ; {record['load_avg'][1]}"
+
+
+def markdown(runs: list[dict[str, Any]], before: dict[str, float]) -> str:
+    by_start = {run["start"]: run for run in runs}
+    lines = [
+        "# Task-adaptive pre-training: MLM on SST-2's sentences before fine-tuning",
+        "",
+        "`python -m benchmarks.pretraining_tapt` (docstring: what it runs). Continued MLM: `training finetune --task "
+        f"fill-mask {' '.join(TAPT_ARGUMENTS)}` on SST-2 train's 67,349 sentences without labels; then the product's "
+        "SST-2 recipe, seed 42. SST-2 dev accuracy: fine-tuning's own evaluation (the served rows agree with it). "
+        "One run at a time, nothing else on the machine.",
+        "",
+        "| start | SST-2 dev, fine-tuned directly (accuracy row, served) | SST-2 dev, after MLM on SST-2 sentences | "
+        "held-out WikiText MLM top-1 after it | MLM wall / load start, end | fine-tune wall / load start, end |",
+        "| --- | ---: | ---: | ---: | --- | --- |",
+    ]
+    for start, run in by_start.items():
+        mlm, sst2 = run["mlm"], run["sst2"]
+        lines.append(
+            f"| {start} | {before.get(start, float('nan')):.2f} | **{run['sst2_accuracy']:.2f}** | "
+            f"{run['mlm_top1_heldout_wikitext']:.2f} | {wall_and_load(mlm)} | {wall_and_load(sst2)} |"
+        )
+    if len(by_start) == len(STARTS) and "random-init" in before:
+        random = before["random-init"]
+        lines += [
+            "",
+            "Against random weights fine-tuned directly: WikiText pre-training, then MLM on SST-2's sentences "
+            f"{by_start['pretrained-here']['sst2_accuracy'] - random:+.2f}; MLM on SST-2's sentences from random "
+            f"weights {by_start['random-init']['sst2_accuracy'] - random:+.2f}.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.pretraining_tapt", description=__doc__.split("\n")[0])
+    parser.add_argument("--start", action="append", choices=list(STARTS), help="starts (default: both)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    runs = [run_start(start) for start in args.start or STARTS]
+    before = without_tapt()
+    RESULTS.with_suffix(".json").write_text(json.dumps({"runs": runs, "without_tapt": before}, indent=2) + "\n")
+    RESULTS.with_suffix(".md").write_text(markdown(runs, before))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
