@@ -17,13 +17,14 @@ import argparse
 import json
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import accuracy, pretraining
+from benchmarks import accuracy, pretraining, pretraining_seeds
 from benchmarks.datasets import REPO_ROOT, read_sst2, shared_data_dir
 from benchmarks.servers import OFFLINE_ENV
 
@@ -33,6 +34,7 @@ TAPT_ARGUMENTS = (
 )  # fmt: skip
 STARTS = {"pretrained-here": (), "random-init": ("--random-init",)}
 RUNS = accuracy.RUNS / "tapt"
+DEFAULT_SEED = pretraining_seeds.DEFAULT_SEED
 RESULTS = accuracy.RESULTS.parent / "pretraining_tapt"
 
 log = logging.getLogger(__name__)
@@ -63,77 +65,97 @@ def finetune(name: str, arguments: list[str]) -> dict[str, Any]:
     return {**record, "best": json.loads((out / "metrics.json").read_text()).get("best") or {}}
 
 
-def run_start(start: str) -> dict[str, Any]:
+def run_start(start: str, seeds: list[int]) -> list[dict[str, Any]]:
+    """One MLM step on SST-2's sentences from ``start``, then the SST-2 recipe from it under each seed."""
     _, heldout = pretraining.wikitext_files()
     mlm = finetune(f"mlm-{start}", [
         "--task", "fill-mask", "--base", str(pretraining.pretrained_here()), "--train", str(sst2_sentences()),
         "--eval", str(heldout), *TAPT_ARGUMENTS, *STARTS[start],
     ])  # fmt: skip
     data = shared_data_dir() / "sst2"
-    sst2 = finetune(f"sst2-{start}", [
-        "--task", "text-classification", "--base", str(RUNS / f"mlm-{start}"), "--train", str(data / "train.tsv"),
-        "--eval", str(data / "dev.tsv"), *accuracy.SST2_ARGUMENTS,
-    ])  # fmt: skip
-    return {
-        "start": start, "sst2_accuracy": round(100 * sst2["best"]["accuracy"], 2),
-        "mlm_top1_heldout_wikitext": round(100 * mlm["best"].get("mlm_top1_accuracy", 0.0), 2),
-        "mlm": {k: mlm[k] for k in ("wall_s", "load_avg")}, "sst2": {k: sst2[k] for k in ("wall_s", "load_avg")},
-    }  # fmt: skip
+    runs = []
+    for seed in seeds:
+        suffix, seed_arguments = ("", []) if seed == DEFAULT_SEED else (f"-seed{seed}", ["--seed", str(seed)])
+        sst2 = finetune(f"sst2-{start}{suffix}", [
+            "--task", "text-classification", "--base", str(RUNS / f"mlm-{start}"), "--train", str(data / "train.tsv"),
+            "--eval", str(data / "dev.tsv"), *accuracy.SST2_ARGUMENTS, *seed_arguments,
+        ])  # fmt: skip
+        runs.append({
+            "start": start, "seed": seed, "sst2_accuracy": round(100 * sst2["best"]["accuracy"], 2),
+            "mlm_top1_heldout_wikitext": round(100 * mlm["best"].get("mlm_top1_accuracy", 0.0), 2),
+            "mlm": {k: mlm[k] for k in ("wall_s", "load_avg")}, "sst2": {k: sst2[k] for k in ("wall_s", "load_avg")},
+        })  # fmt: skip
+    return runs
 
 
-def without_tapt() -> dict[str, float]:
-    """The accuracy rows that fine-tune straight from each start (served fp32, seed 42)."""
-    rows = json.loads(accuracy.RESULTS.read_text())
-    return {
-        start: row["value"] for start in STARTS for row in rows
-        if row["task"] == f"sst2-{start}" and row["precision"] == "fp32"
-    }  # fmt: skip
+def without_tapt() -> dict[str, dict[int, float]]:
+    """SST-2 dev accuracy fine-tuned straight from each start, by seed (benchmarks.pretraining_seeds' runs)."""
+    runs = json.loads(pretraining_seeds.RESULTS.with_suffix(".json").read_text())["runs"]
+    direct: dict[str, dict[int, float]] = {}
+    for run in runs:
+        for start in STARTS:
+            if run["row"] == f"sst2-{start}":
+                direct.setdefault(start, {})[run["seed"]] = run["accuracy"]
+    return direct
 
 
 def wall_and_load(record: dict[str, Any]) -> str:
     return f"{record['wall_s'] / 60:.1f} min / {record['load_avg'][0]} ; {record['load_avg'][1]}"
 
 
-def markdown(runs: list[dict[str, Any]], before: dict[str, float]) -> str:
-    by_start = {run["start"]: run for run in runs}
+def by_seed(values: dict[int, float], seeds: list[int]) -> str:
+    return " / ".join(f"{values[seed]:.2f}" if seed in values else "-" for seed in seeds)
+
+
+def markdown(runs: list[dict[str, Any]], direct: dict[str, dict[int, float]]) -> str:
+    seeds = sorted({run["seed"] for run in runs}, key=lambda seed: (seed != DEFAULT_SEED, seed))
+    after: dict[str, dict[int, float]] = {}
+    for run in runs:
+        after.setdefault(run["start"], {})[run["seed"]] = run["sst2_accuracy"]
+    random = direct.get("random-init", {})
     lines = [
         "# Task-adaptive pre-training: MLM on SST-2's sentences before fine-tuning",
         "",
         "`python -m benchmarks.pretraining_tapt` (docstring: what it runs). Continued MLM: `training finetune --task "
         f"fill-mask {' '.join(TAPT_ARGUMENTS)}` on SST-2 train's 67,349 sentences without labels; then the product's "
-        "SST-2 recipe, seed 42. SST-2 dev accuracy: fine-tuning's own evaluation (the served rows agree with it). "
-        "One run at a time, nothing else on the machine.",
+        f"SST-2 recipe under seeds {' / '.join(str(seed) for seed in seeds)}. SST-2 dev accuracy: fine-tuning's own "
+        "evaluation (the served rows agree with it); fine-tuned directly: `pretraining_seeds.json`. One run at a "
+        "time, nothing else on the machine.",
         "",
-        "| start | SST-2 dev, fine-tuned directly (accuracy row, served) | SST-2 dev, after MLM on SST-2 sentences | "
-        "held-out WikiText MLM top-1 after it | MLM wall / load start, end | fine-tune wall / load start, end |",
-        "| --- | ---: | ---: | ---: | --- | --- |",
+        "| start | SST-2 dev, fine-tuned directly | SST-2 dev, after MLM on SST-2 sentences | mean difference vs "
+        "random weights fine-tuned directly (target +3) |",
+        "| --- | --- | --- | ---: |",
     ]
-    for start, run in by_start.items():
-        mlm, sst2 = run["mlm"], run["sst2"]
+    for start, values in after.items():
+        shared = [seed for seed in values if seed in random]
+        gain = statistics.fmean(values[seed] - random[seed] for seed in shared) if shared else float("nan")
         lines.append(
-            f"| {start} | {before.get(start, float('nan')):.2f} | **{run['sst2_accuracy']:.2f}** | "
-            f"{run['mlm_top1_heldout_wikitext']:.2f} | {wall_and_load(mlm)} | {wall_and_load(sst2)} |"
+            f"| {start} | {by_seed(direct.get(start, {}), seeds)} | **{by_seed(values, seeds)}** | **{gain:+.2f}** |"
         )
-    if len(by_start) == len(STARTS) and "random-init" in before:
-        random = before["random-init"]
-        lines += [
-            "",
-            "Against random weights fine-tuned directly: WikiText pre-training, then MLM on SST-2's sentences "
-            f"{by_start['pretrained-here']['sst2_accuracy'] - random:+.2f}; MLM on SST-2's sentences from random "
-            f"weights {by_start['random-init']['sst2_accuracy'] - random:+.2f}.",
-        ]
+    lines += [
+        "",
+        "| run | held-out WikiText MLM top-1 after the MLM step | MLM step: wall / load start ; end | "
+        "fine-tune: wall / load start ; end |",
+        "| --- | ---: | --- | --- |",
+        *(
+            f"| {run['start']}, seed {run['seed']} | {run['mlm_top1_heldout_wikitext']:.2f} | "
+            f"{wall_and_load(run['mlm'])} | {wall_and_load(run['sst2'])} |"
+            for run in runs
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pretraining_tapt", description=__doc__.split("\n")[0])
     parser.add_argument("--start", action="append", choices=list(STARTS), help="starts (default: both)")
+    parser.add_argument("--seed", type=int, action="append", help=f"fine-tuning seeds (default: {DEFAULT_SEED})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    runs = [run_start(start) for start in args.start or STARTS]
-    before = without_tapt()
-    RESULTS.with_suffix(".json").write_text(json.dumps({"runs": runs, "without_tapt": before}, indent=2) + "\n")
-    RESULTS.with_suffix(".md").write_text(markdown(runs, before))
+    runs = [run for start in args.start or STARTS for run in run_start(start, args.seed or [DEFAULT_SEED])]
+    direct = without_tapt()
+    RESULTS.with_suffix(".json").write_text(json.dumps({"runs": runs, "without_tapt": direct}, indent=2) + "\n")
+    RESULTS.with_suffix(".md").write_text(markdown(runs, direct))
     return 0
 
 
