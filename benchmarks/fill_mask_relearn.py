@@ -2,7 +2,7 @@
 
 The demo's fill-mask target (issue 24: a sensible word in the top 5 for 60 % of everyday sentences,
 ``demo.heldout_probes.CHECK_EVERYDAY_FILL_MASK``) needs an MLM head this encoder lost. Two ways, on WikiText-2 sentences
-(the train split of ``benchmarks.accuracy.wikitext_split``; real English, more of it than the build could read):
+(the train split of ``benchmarks.derived_data.wikitext_split``; real English, more of it than the build could read):
 
 - ``probe``: the encoder frozen; the [MASK] states of layer L (every L) of masked sentences are collected once and a
   new head (dense + GELU + LayerNorm, decoder tied to the word embeddings) is fitted on them: is the word there?
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from benchmarks.accuracy import wikitext_split
+from benchmarks.derived_data import wikitext_split
 from demo.heldout_probes import CHECK_EVERYDAY_FILL_MASK
 
 log = logging.getLogger("fill_mask_relearn")

@@ -36,7 +36,7 @@ MAX_LENGTH = "128"
 
 
 def wikitext_files() -> tuple[Path, Path]:
-    from benchmarks.accuracy import wikitext_split
+    from benchmarks.derived_data import wikitext_split
 
     folder = wikitext_split()
     return folder / "wikitext-train.txt", folder / "wikitext-heldout.txt"
@@ -88,12 +88,13 @@ def heldout_scores(random_init: bool) -> dict[str, float]:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def pretraining_record(random_init: bool) -> dict[str, Any]:
-    """What a row of sst2-pretrained-here / sst2-random-init carries about the encoder it started from."""
+def pretraining_record(random_init: bool, tapt: bool = False) -> dict[str, Any]:
+    """What a row of sst2-pretrained-here / sst2-random-init carries about the encoder it started from; ``tapt``:
+    that encoder then had an MLM pass over SST-2's sentences (its held-out scores are from before it)."""
     record = json.loads(RECORD.read_text())
     best = json.loads((PRETRAINED / "metrics.json").read_text()).get("best") or {}
     return {
-        "init": "random" if random_init else "pretrained here",
+        "init": ("random" if random_init else "pretrained here") + (" + MLM on SST-2 sentences" if tapt else ""),
         "pretrain_command": public_pretrain_command(),
         "pretrain_wall_s": record["wall_s"],
         "pretrain_load_avg": {"start": record["load_avg_start"], "end": record["load_avg_end"]},

@@ -26,6 +26,7 @@ from typing import Any
 
 from benchmarks import accuracy, pretraining, pretraining_seeds
 from benchmarks.datasets import REPO_ROOT, read_sst2, shared_data_dir
+from benchmarks.derived_data import GENERATED_DATA, write_if_changed
 from benchmarks.servers import OFFLINE_ENV
 
 TAPT_ARGUMENTS = (
@@ -42,9 +43,9 @@ log = logging.getLogger(__name__)
 
 def sst2_sentences() -> Path:
     """SST-2 train's sentences, one a line, labels dropped: the text a task-adaptive MLM step reads."""
-    path = accuracy.GENERATED_DATA / "sst2-train-sentences.txt"
-    accuracy.GENERATED_DATA.mkdir(parents=True, exist_ok=True)
-    accuracy.write_if_changed(path, [row.text for row in read_sst2("train")])
+    path = GENERATED_DATA / "sst2-train-sentences.txt"
+    GENERATED_DATA.mkdir(parents=True, exist_ok=True)
+    write_if_changed(path, [row.text for row in read_sst2("train")])
     return path
 
 
@@ -65,19 +66,34 @@ def finetune(name: str, arguments: list[str]) -> dict[str, Any]:
     return {**record, "best": json.loads((out / "metrics.json").read_text()).get("best") or {}}
 
 
-def run_start(start: str, seeds: list[int]) -> list[dict[str, Any]]:
-    """One MLM step on SST-2's sentences from ``start``, then the SST-2 recipe from it under each seed."""
+def mlm_folder(start: str) -> Path:
+    return RUNS / f"mlm-{start}"
+
+
+def mlm_step(start: str) -> dict[str, Any]:
+    """The MLM pass over SST-2's sentences from ``start`` (run unless finished): its record and best metrics."""
     _, heldout = pretraining.wikitext_files()
-    mlm = finetune(f"mlm-{start}", [
+    return finetune(mlm_folder(start).name, [
         "--task", "fill-mask", "--base", str(pretraining.pretrained_here()), "--train", str(sst2_sentences()),
         "--eval", str(heldout), *TAPT_ARGUMENTS, *STARTS[start],
     ])  # fmt: skip
+
+
+def mlm_checkpoint(start: str) -> Path:
+    """``start``'s encoder after the MLM pass: what benchmarks.accuracy's -tapt rows fine-tune."""
+    mlm_step(start)
+    return mlm_folder(start)
+
+
+def run_start(start: str, seeds: list[int]) -> list[dict[str, Any]]:
+    """One MLM step on SST-2's sentences from ``start``, then the SST-2 recipe from it under each seed."""
+    mlm = mlm_step(start)
     data = shared_data_dir() / "sst2"
     runs = []
     for seed in seeds:
         suffix, seed_arguments = ("", []) if seed == DEFAULT_SEED else (f"-seed{seed}", ["--seed", str(seed)])
         sst2 = finetune(f"sst2-{start}{suffix}", [
-            "--task", "text-classification", "--base", str(RUNS / f"mlm-{start}"), "--train", str(data / "train.tsv"),
+            "--task", "text-classification", "--base", str(mlm_folder(start)), "--train", str(data / "train.tsv"),
             "--eval", str(data / "dev.tsv"), *accuracy.SST2_ARGUMENTS, *seed_arguments,
         ])  # fmt: skip
         runs.append({

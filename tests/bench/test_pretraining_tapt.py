@@ -29,3 +29,11 @@ def test_report_sets_each_seed_beside_random_weights_fine_tuned_directly() -> No
 def test_the_fine_tune_after_mlm_is_the_direct_rows_recipe() -> None:
     for start in pretraining_tapt.STARTS:
         assert accuracy.RECIPES[f"sst2-{start}"].arguments == accuracy.SST2_ARGUMENTS
+
+
+def test_tapt_rows_fine_tune_the_mlm_checkpoint_and_keep_its_weights() -> None:
+    for start in pretraining_tapt.STARTS:
+        recipe = accuracy.RECIPES[f"sst2-{start}-tapt"]
+        assert accuracy.init_arguments(recipe) == [], "--random-init would throw the MLM pass away"
+        assert f"--base runs/accuracy/tapt/mlm-{start} " in accuracy.public_command(recipe)
+    assert accuracy.init_arguments(accuracy.RECIPES["sst2-random-init"]) == ["--random-init"]
