@@ -4,11 +4,12 @@ sentences, without their labels, between pre-training and fine-tuning.
     python -m benchmarks.pretraining_tapt
 
 For each start, the encoder pre-trained here on WikiText (benchmarks.pretraining) and random weights of its shape,
-tokenizer and seed: continued MLM on the SST-2 train sentences (`training finetune --task fill-mask`, TAPT_ARGUMENTS),
-then the product's SST-2 recipe (the sst2 row's) from that checkpoint. Set beside the accuracy rows
-sst2-pretrained-here and sst2-random-init, which skip the middle step. The MLM checkpoint has no pooler (BERT's pooler
-is trained by NSP), so the classifier's pooler starts from random weights on both sides. Scores are fine-tuning's own
-evaluation of SST-2 dev. Writes benchmarks/results/pretraining_tapt.{json,md}; finished runs are reused.
+tokenizer and seed: continued MLM on the SST-2 train sentences (`training finetune --task fill-mask`,
+TAPT_ARGUMENTS, TAPT_EPOCHS epochs), then the product's SST-2 recipe (the sst2 row's) from that checkpoint. Set
+beside the accuracy rows sst2-pretrained-here and sst2-random-init, which skip the middle step. The MLM checkpoint
+has no pooler (BERT's pooler is trained by NSP), so the classifier's pooler starts from random weights on both
+sides. Scores are fine-tuning's own evaluation of SST-2 dev. Writes benchmarks/results/pretraining_tapt.{json,md}
+(-eN with --mlm-epochs N); finished runs are reused.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from benchmarks.datasets import REPO_ROOT, read_sst2, shared_data_dir
 from benchmarks.derived_data import GENERATED_DATA, write_if_changed
 from benchmarks.servers import OFFLINE_ENV
 
+TAPT_EPOCHS = 1  # the -tapt rows' MLM pass; --mlm-epochs tries others
 TAPT_ARGUMENTS = (
-    "--epochs", "1", "--lr", "2e-4", "--warmup-ratio", "0.06", "--max-length", "64", "--batch-size", "32",
-    "--group-by-length",
+    "--lr", "2e-4", "--warmup-ratio", "0.06", "--max-length", "64", "--batch-size", "32", "--group-by-length",
 )  # fmt: skip
 STARTS = {"pretrained-here": (), "random-init": ("--random-init",)}
 RUNS = accuracy.RUNS / "tapt"
@@ -66,16 +67,20 @@ def finetune(name: str, arguments: list[str]) -> dict[str, Any]:
     return {**record, "best": json.loads((out / "metrics.json").read_text()).get("best") or {}}
 
 
-def mlm_folder(start: str) -> Path:
-    return RUNS / f"mlm-{start}"
+def epochs_suffix(epochs: int) -> str:
+    return "" if epochs == TAPT_EPOCHS else f"-e{epochs}"
 
 
-def mlm_step(start: str) -> dict[str, Any]:
+def mlm_folder(start: str, epochs: int = TAPT_EPOCHS) -> Path:
+    return RUNS / f"mlm-{start}{epochs_suffix(epochs)}"
+
+
+def mlm_step(start: str, epochs: int = TAPT_EPOCHS) -> dict[str, Any]:
     """The MLM pass over SST-2's sentences from ``start`` (run unless finished): its record and best metrics."""
     _, heldout = pretraining.wikitext_files()
-    return finetune(mlm_folder(start).name, [
+    return finetune(mlm_folder(start, epochs).name, [
         "--task", "fill-mask", "--base", str(pretraining.pretrained_here()), "--train", str(sst2_sentences()),
-        "--eval", str(heldout), *TAPT_ARGUMENTS, *STARTS[start],
+        "--eval", str(heldout), "--epochs", str(epochs), *TAPT_ARGUMENTS, *STARTS[start],
     ])  # fmt: skip
 
 
@@ -85,19 +90,21 @@ def mlm_checkpoint(start: str) -> Path:
     return mlm_folder(start)
 
 
-def run_start(start: str, seeds: list[int]) -> list[dict[str, Any]]:
+def run_start(start: str, seeds: list[int], epochs: int = TAPT_EPOCHS) -> list[dict[str, Any]]:
     """One MLM step on SST-2's sentences from ``start``, then the SST-2 recipe from it under each seed."""
-    mlm = mlm_step(start)
+    mlm = mlm_step(start, epochs)
     data = shared_data_dir() / "sst2"
     runs = []
     for seed in seeds:
         suffix, seed_arguments = ("", []) if seed == DEFAULT_SEED else (f"-seed{seed}", ["--seed", str(seed)])
-        sst2 = finetune(f"sst2-{start}{suffix}", [
-            "--task", "text-classification", "--base", str(mlm_folder(start)), "--train", str(data / "train.tsv"),
-            "--eval", str(data / "dev.tsv"), *accuracy.SST2_ARGUMENTS, *seed_arguments,
+        sst2 = finetune(f"sst2-{start}{epochs_suffix(epochs)}{suffix}", [
+            "--task", "text-classification", "--base", str(mlm_folder(start, epochs)),
+            "--train", str(data / "train.tsv"), "--eval", str(data / "dev.tsv"), *accuracy.SST2_ARGUMENTS,
+            *seed_arguments,
         ])  # fmt: skip
         runs.append({
-            "start": start, "seed": seed, "sst2_accuracy": round(100 * sst2["best"]["accuracy"], 2),
+            "start": start, "seed": seed, "mlm_epochs": epochs,
+            "sst2_accuracy": round(100 * sst2["best"]["accuracy"], 2),
             "mlm_top1_heldout_wikitext": round(100 * mlm["best"].get("mlm_top1_accuracy", 0.0), 2),
             "mlm": {k: mlm[k] for k in ("wall_s", "load_avg")}, "sst2": {k: sst2[k] for k in ("wall_s", "load_avg")},
         })  # fmt: skip
@@ -123,7 +130,7 @@ def by_seed(values: dict[int, float], seeds: list[int]) -> str:
     return " / ".join(f"{values[seed]:.2f}" if seed in values else "-" for seed in seeds)
 
 
-def markdown(runs: list[dict[str, Any]], direct: dict[str, dict[int, float]]) -> str:
+def markdown(runs: list[dict[str, Any]], direct: dict[str, dict[int, float]], epochs: int = TAPT_EPOCHS) -> str:
     seeds = sorted({run["seed"] for run in runs}, key=lambda seed: (seed != DEFAULT_SEED, seed))
     after: dict[str, dict[int, float]] = {}
     for run in runs:
@@ -133,10 +140,10 @@ def markdown(runs: list[dict[str, Any]], direct: dict[str, dict[int, float]]) ->
         "# Task-adaptive pre-training: MLM on SST-2's sentences before fine-tuning",
         "",
         "`python -m benchmarks.pretraining_tapt` (docstring: what it runs). Continued MLM: `training finetune --task "
-        f"fill-mask {' '.join(TAPT_ARGUMENTS)}` on SST-2 train's 67,349 sentences without labels; then the product's "
-        f"SST-2 recipe under seeds {' / '.join(str(seed) for seed in seeds)}. SST-2 dev accuracy: fine-tuning's own "
-        "evaluation (the served rows agree with it); fine-tuned directly: `pretraining_seeds.json`. One run at a "
-        "time, nothing else on the machine.",
+        f"fill-mask --epochs {epochs} {' '.join(TAPT_ARGUMENTS)}` on SST-2 train's 67,349 sentences without labels; "
+        f"then the product's SST-2 recipe under seeds {' / '.join(str(seed) for seed in seeds)}. SST-2 dev "
+        "accuracy: fine-tuning's own evaluation (the served rows agree with it); fine-tuned directly: "
+        "`pretraining_seeds.json`. One run at a time, nothing else on the machine.",
         "",
         "| start | SST-2 dev, fine-tuned directly | SST-2 dev, after MLM on SST-2 sentences | mean difference vs "
         "random weights fine-tuned directly (target +3) |",
@@ -166,12 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pretraining_tapt", description=__doc__.split("\n")[0])
     parser.add_argument("--start", action="append", choices=list(STARTS), help="starts (default: both)")
     parser.add_argument("--seed", type=int, action="append", help=f"fine-tuning seeds (default: {DEFAULT_SEED})")
+    parser.add_argument("--mlm-epochs", type=int, default=TAPT_EPOCHS, help="passes of the MLM step (results -eN)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    runs = [run for start in args.start or STARTS for run in run_start(start, args.seed or [DEFAULT_SEED])]
+    seeds = args.seed or [DEFAULT_SEED]
+    runs = [run for start in args.start or STARTS for run in run_start(start, seeds, args.mlm_epochs)]
     direct = without_tapt()
-    RESULTS.with_suffix(".json").write_text(json.dumps({"runs": runs, "without_tapt": direct}, indent=2) + "\n")
-    RESULTS.with_suffix(".md").write_text(markdown(runs, direct))
+    results = RESULTS.with_name(RESULTS.name + epochs_suffix(args.mlm_epochs))
+    results.with_suffix(".json").write_text(json.dumps({"runs": runs, "without_tapt": direct}, indent=2) + "\n")
+    results.with_suffix(".md").write_text(markdown(runs, direct, args.mlm_epochs))
     return 0
 
 
