@@ -71,6 +71,10 @@ def epochs_suffix(epochs: int) -> str:
     return "" if epochs == TAPT_EPOCHS else f"-e{epochs}"
 
 
+def mlm_epochs_option(epochs: int) -> str:
+    return "" if epochs == TAPT_EPOCHS else f" --mlm-epochs {epochs}"
+
+
 def mlm_folder(start: str, epochs: int = TAPT_EPOCHS) -> Path:
     return RUNS / f"mlm-{start}{epochs_suffix(epochs)}"
 
@@ -139,8 +143,9 @@ def markdown(runs: list[dict[str, Any]], direct: dict[str, dict[int, float]], ep
     lines = [
         "# Task-adaptive pre-training: MLM on SST-2's sentences before fine-tuning",
         "",
-        "`python -m benchmarks.pretraining_tapt` (docstring: what it runs). Continued MLM: `training finetune --task "
-        f"fill-mask --epochs {epochs} {' '.join(TAPT_ARGUMENTS)}` on SST-2 train's 67,349 sentences without labels; "
+        f"`python -m benchmarks.pretraining_tapt{mlm_epochs_option(epochs)}` (docstring: what it runs). Continued MLM: "
+        f"`training finetune --task fill-mask --epochs {epochs} {' '.join(TAPT_ARGUMENTS)}` on SST-2 train's 67,349 "
+        "sentences without labels; "
         f"then the product's SST-2 recipe under seeds {' / '.join(str(seed) for seed in seeds)}. SST-2 dev "
         "accuracy: fine-tuning's own evaluation (the served rows agree with it); fine-tuned directly: "
         "`pretraining_seeds.json`. One run at a time, nothing else on the machine.",
