@@ -76,8 +76,11 @@ def default_labels(architecture: str) -> tuple[str, ...]:
     return ("LABEL_0", "LABEL_1")  # sequence classification; question answering's start / end logits
 
 
-def build(out: Path, size: str | None, architecture: str, labels: tuple[str, ...]) -> None:
-    """Write the checkpoint in this process (torch imported here only): ``size`` random, or MiniLM (size None)."""
+def build(
+    out: Path, size: str | None, architecture: str, labels: tuple[str, ...], tokenizer_from: Path | None = None
+) -> None:
+    """Write the checkpoint in this process (torch imported here only): ``size`` random, or MiniLM (size None).
+    ``tokenizer_from``: a checkpoint folder whose tokenizer to take (default: the MiniLM package's)."""
     import torch
 
     from training.checkpoint import load_model, save_model
@@ -86,7 +89,7 @@ def build(out: Path, size: str | None, architecture: str, labels: tuple[str, ...
 
     torch.manual_seed(0)
     id2label = dict(enumerate(labels))
-    tokenizer = load_tokenizer(base_checkpoint())
+    tokenizer = load_tokenizer(tokenizer_from or base_checkpoint())
     if size is None:
         model = load_model(base_checkpoint(), architecture=architecture, id2label=id2label)
     else:
@@ -102,14 +105,20 @@ def build(out: Path, size: str | None, architecture: str, labels: tuple[str, ...
 
 
 def ensure_checkpoint(
-    out: Path, size: str | None, architecture: str = "BertForSequenceClassification", log_dir: Path | None = None
+    out: Path,
+    size: str | None,
+    architecture: str = "BertForSequenceClassification",
+    log_dir: Path | None = None,
+    tokenizer_from: Path | None = None,
 ) -> float:
-    """Build ``out`` (in a child process) unless it already holds the same build; returns the build's wall seconds."""
+    """Build ``out`` (in a child process) unless it already holds the same build; returns the build's wall seconds.
+    ``tokenizer_from``: a checkpoint folder whose tokenizer to take (where the MiniLM package is not installed)."""
     labels = default_labels(architecture)
     if is_built(out, build_spec(size, architecture, labels)):
         return 0.0
     command = [sys.executable, "-m", "benchmarks.random_bert", "--out", str(out), "--architecture", architecture]
     command += ["--minilm"] if size is None else ["--size", size]
+    command += ["--tokenizer-from", str(tokenizer_from)] if tokenizer_from is not None else []
     log.info("building %s: %s", out.name, " ".join(command))
     started = time.perf_counter()
     log_path = (log_dir or out.parent) / f"build-{out.name}.log"
@@ -148,9 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--minilm", action="store_true", help="the MiniLM encoder with a new (random) head")
     parser.add_argument("--architecture", default="BertForSequenceClassification")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tokenizer-from", type=Path, help="the checkpoint whose tokenizer to use (default: MiniLM's)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    build(args.out, args.size, args.architecture, default_labels(args.architecture))
+    build(args.out, args.size, args.architecture, default_labels(args.architecture), args.tokenizer_from)
     return 0
 
 

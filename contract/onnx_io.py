@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -91,7 +91,7 @@ def ort_session(
     threads: int | None = None,
     spin: bool = True,
     optimize: bool = True,
-    providers: Sequence[str] = ("CPUExecutionProvider",),
+    providers: Sequence[str | tuple[str, dict[str, Any]]] = ("CPUExecutionProvider",),
     config: Mapping[str, str] | None = None,
 ) -> ort.InferenceSession:
     """An InferenceSession as every caller here opens one.
@@ -99,7 +99,7 @@ def ort_session(
     ``threads``: intra-op threads (None: onnxruntime's choice); one inter-op thread, sequential execution.
     ``spin=False`` stops idle intra-op threads from busy-waiting (costs latency, frees the cores for others).
     ``optimize=False`` runs the graph exactly as written (no graph rewrites). ``config``: more session config
-    entries (onnxruntime's ``session.*`` keys).
+    entries (onnxruntime's ``session.*`` keys). ``providers``: names, or (name, provider options) pairs.
     """
     import onnxruntime as ort
 

@@ -115,12 +115,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from service.app import create_app
+    from service.device import DeviceUnavailable
     from service.http_protocol import bounded_headers_protocol
     from service.registry import load_engines
 
     broken: dict[str, str] = {}
     try:
         engines = load_engines(sources, settings, broken=broken if settings.skip_broken else None)
+    except DeviceUnavailable as exc:
+        print(f"bertserve: error: {exc}", file=sys.stderr)
+        return 1
     except BundleError as exc:
         name = next((name for name, path in sources.items() if str(path) == exc.path), exc.path)
         print(f"bertserve: error: cannot serve model {name}: {exc} (--skip-broken serves the others)", file=sys.stderr)

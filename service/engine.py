@@ -25,6 +25,7 @@ from tokenizers import Tokenizer
 from contract.bundle import Bundle, BundleError, read_bundle
 from contract.tasks import task_spec
 from service.batcher import Batcher, BatchPolicy
+from service.device import CPU, Device, DeviceUnavailable, resolve_device
 from service.errors import BadRequest, NotReady, RequestTimeout
 from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
 from service.settings import EMBEDDING_TASK, Settings
@@ -46,6 +47,7 @@ class ModelInfo:
     precision: str
     architecture: str
     mask_token: str | None
+    device: str = "cpu"
     batching: dict[str, Any] = dataclasses.field(default_factory=dict)
     quantization_eval: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -158,11 +160,13 @@ class Engine:
         batching: BatchingChoice | None = None,
         workers: int = 1,
         make_runner: Callable[[], ModelRunner] | None = None,
+        device: Device = CPU,
     ) -> None:
         """``workers`` threads share ``runner``, all taking batches from one queue, ``batching.parallel_runs`` of
         them running at once; ``make_runner`` builds the fresh session that replaces it when a worker dies (None:
         not replaced)."""
         self.name = name
+        self.device = device
         self.bundle = bundle
         self.handler = handler
         self.context = context
@@ -197,9 +201,12 @@ class Engine:
         handler: TaskHandler | None = None,
         executor: ThreadPoolExecutor | None = None,
         observer: BatchObserver | None = None,
+        device: Device | None = None,
     ) -> Engine:
-        """Read and check the bundle, load tokenizer and ORT session. Raises BundleError naming the folder."""
+        """Read and check the bundle, load tokenizer and ORT session. Raises BundleError naming the folder, and
+        DeviceUnavailable when the session cannot run on ``device`` (None: ``settings.device``, resolved here)."""
         settings = settings or Settings()
+        device = device or resolve_device(settings.device)
         bundle = read_bundle(path)
         if handler is None:
             from service.tasks import HANDLERS
@@ -210,10 +217,15 @@ class Engine:
         context = load_context(bundle, settings)
         outputs = tuple(bundle.spec.outputs)
         spin = settings.intra_op_spinning
+        # on a GPU the CPU threads only run the few operators CUDA lacks: one, unless set
+        own_threads = device.is_cuda and "intra_op_threads" not in settings.model_fields_set
+        first_threads = 1 if own_threads else settings.intra_op_threads
 
-        def make_runner(threads: int = settings.intra_op_threads) -> ModelRunner:
+        def make_runner(threads: int = first_threads) -> ModelRunner:
             try:
-                return OrtRunner(bundle.model_path, outputs, threads, spin)
+                return OrtRunner(bundle.model_path, outputs, threads, spin, device)
+            except DeviceUnavailable:
+                raise
             except Exception as exc:
                 raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
 
@@ -225,15 +237,17 @@ class Engine:
         if settings.tunes():
             width = token_output_width(served, task_spec(bundle.spec.task).token_level)
             cap = MAX_TOKEN_OUTPUT_BYTES // (4 * width) if width else None
-            tuned, batching = tune_runner(name, bundle.model_path, outputs, context, served, settings, cap, build_s)
+            tuned, batching = tune_runner(
+                name, bundle.model_path, outputs, context, served, settings, cap, build_s, device
+            )
             # the tuner's sessions keep the arena their largest trial batch grew: serve on a fresh one
             del tuned, served
             served = make_runner(batching.intra_op_threads)
-        threads = batching.intra_op_threads if batching is not None else settings.intra_op_threads
+        threads = batching.intra_op_threads if batching is not None else first_threads
         fresh = functools.partial(make_runner, threads)
         return cls(
             name, bundle, handler, context, served, settings, executor, observer, batching, settings.model_workers,
-            fresh,
+            fresh, device,
         )  # fmt: skip
 
     @property
@@ -256,6 +270,7 @@ class Engine:
             precision=spec.precision,
             architecture=spec.architecture,
             mask_token=spec.special_tokens.mask_token if spec.task == "fill-mask" else None,
+            device=self.device.name,
             batching={
                 **self.batching.to_json(),
                 "workers": len(self.workers),

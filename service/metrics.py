@@ -85,12 +85,19 @@ class ServiceMetrics:
             registry=reg,
         )
 
+        self.device = Gauge(
+            "bertserve_model_device",
+            "1 for the device each model runs on (cpu, cuda:N)",
+            (*MODEL_LABELS, "device"),
+            registry=reg,
+        )
         self.engines = EngineCollector()
         reg.register(self.engines)
 
     def watch_engine(self, engine: Engine) -> None:
         """Export the engine's admission, waste and worker counters (read when /metrics is scraped)."""
         self.engines.engines[engine.name] = engine
+        self.device.labels(engine.name, engine.task, engine.device.name).set(1)
 
     def observer(self, model: str, task: str) -> ModelMetrics:
         return ModelMetrics(self, model, task)

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from contract.bundle import BundleError
+from service.device import resolve_device
 from service.engine import Engine
 from service.errors import BadRequest, ModelNotFound
 from service.runtime import release_free_memory
@@ -24,11 +25,13 @@ def load_engines(
     broken: dict[str, str] | None = None,
 ) -> dict[str, Engine]:
     """Load every bundle. The first bad one raises BundleError naming its folder, unless ``broken`` is given:
-    then every bad one is skipped and recorded there, name -> what is wrong with it."""
+    then every bad one is skipped and recorded there, name -> what is wrong with it. DeviceUnavailable (the device
+    setting cannot be had) is never skipped."""
     engines: dict[str, Engine] = {}
+    device = resolve_device(settings.device)
     for name, path in sources.items():
         try:
-            engines[name] = Engine.from_bundle(path, settings, name=name, executor=executor)
+            engines[name] = Engine.from_bundle(path, settings, name=name, executor=executor, device=device)
         except BundleError as exc:
             if broken is None:
                 raise

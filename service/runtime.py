@@ -27,6 +27,7 @@ import onnxruntime as ort
 
 from contract.onnx_io import PaddedRows, ort_session, pad_token_rows
 from service.batcher import Batcher
+from service.device import CPU, Device, check_session_device
 from service.errors import InferenceError, NotReady
 from service.queued_rows import RowOutputs, WorkBatch
 
@@ -79,13 +80,26 @@ class ModelRunner(Protocol):
 
 
 class OrtRunner:
-    """One onnxruntime InferenceSession, configured for CPU serving."""
+    """One onnxruntime InferenceSession, on the CPU or on a CUDA GPU.
+
+    On a GPU a batch is bound with IOBinding: the padded inputs go to the device once, every operator runs there,
+    and the outputs come back once; fp16 graphs keep float32 outputs (export's keep_io_types), cast here if not."""
 
     def __init__(
-        self, model_path: Path, output_names: tuple[str, ...], intra_op_threads: int, spin: bool = False
+        self,
+        model_path: Path,
+        output_names: tuple[str, ...],
+        intra_op_threads: int,
+        spin: bool = False,
+        device: Device = CPU,
     ) -> None:
-        share_one_arena()
-        self.session = ort_session(model_path, threads=intra_op_threads, spin=spin, config=SHARED_ARENA)
+        self.device = device
+        if device.is_cuda:
+            self.session = ort_session(model_path, threads=intra_op_threads, spin=spin, providers=device.providers())
+            check_session_device(self.session, device)
+        else:
+            share_one_arena()
+            self.session = ort_session(model_path, threads=intra_op_threads, spin=spin, config=SHARED_ARENA)
         found = {out.name for out in self.session.get_outputs()}
         missing = [name for name in output_names if name not in found]
         if missing:
@@ -98,11 +112,26 @@ class OrtRunner:
 
     def run(self, batch: PaddedRows) -> dict[str, np.ndarray]:
         feeds = batch.feeds
+        if self.device.is_cuda:
+            return self._run_bound(feeds)
         ids = feeds["input_ids"]
         options = self._shrink if ids.shape[0] * ids.shape[1] >= SHRINK_ARENA_TOKENS else None
         inputs = {name: feeds[name] for name in self._input_names}
         arrays = self.session.run(list(self.output_names), inputs, options)
         return dict(zip(self.output_names, arrays, strict=True))
+
+    def _run_bound(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        binding = self.session.io_binding()  # one per call: concurrent runs on the session each bind their own
+        for name in self._input_names:
+            binding.bind_cpu_input(name, feeds[name])
+        for name in self.output_names:
+            binding.bind_output(name, "cuda", self.device.index)
+        self.session.run_with_iobinding(binding)
+        arrays = binding.copy_outputs_to_cpu()
+        return {
+            name: array.astype(np.float32) if array.dtype == np.float16 else array
+            for name, array in zip(self.output_names, arrays, strict=True)
+        }
 
 
 @dataclass(frozen=True, slots=True)

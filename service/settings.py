@@ -38,6 +38,13 @@ class Settings(BaseSettings):
     models: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Extra models as NAME=PATH (env: comma-separated)."
     )
+    device: str = Field(
+        default="cpu",
+        pattern=r"^(cpu|auto|cuda(:\d+)?)$",
+        description="Where the models run: cpu, cuda (GPU 0), cuda:N, or auto (GPU 0 when onnxruntime-gpu, the CUDA "
+        "libraries and a GPU are all there, else the CPU). cuda stops start-up with one line naming what is missing; "
+        "only auto falls back to the CPU.",
+    )
     intra_op_threads: int = Field(
         default_factory=default_intra_op_threads,
         ge=1,

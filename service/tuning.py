@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from contract.onnx_io import PaddedRows, pad_rows
+from service.device import CPU, Device, cuda_free_memory
 from service.runtime import ModelRunner, OrtRunner
 from service.settings import TUNED_SETTINGS, Settings
 from service.tasks.base import ModelContext
@@ -42,6 +43,9 @@ LONG_ROW_TOKENS = 128
 SHORT_ROW_TOKENS = 16
 THREADS_PROBE_ROWS = 4
 SIZE_CANDIDATES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+# A GPU keeps gaining from larger batches long after a CPU stops: its sweeps go on up to these, inside its free memory.
+GPU_SIZE_CANDIDATES: tuple[int, ...] = (*SIZE_CANDIDATES, 256, 512, 1024)
+GPU_MEMORY_SHARE = 0.5  # the activations of the largest batch tried may take this much of the GPU memory left free
 MAX_THREAD_CANDIDATES = 6
 WITHIN_BEST = 0.95  # a smaller setting within 5 % of the best throughput wins
 GROWTH = 1.05  # a sweep stops after two steps that do not beat the best by 5 %
@@ -98,16 +102,24 @@ def thread_candidates(cpu_count: int | None = None) -> list[int]:
     return sorted(set(powers[: MAX_THREAD_CANDIDATES - 1]) | {count})
 
 
-def candidate_sets(settings: Settings, max_length: int, max_tokens_cap: int | None = None) -> dict[str, list[int]]:
-    """What each setting may be picked from: the given value alone for an explicit setting."""
+def size_candidates(device: Device) -> tuple[int, ...]:
+    return GPU_SIZE_CANDIDATES if device.is_cuda else SIZE_CANDIDATES
+
+
+def candidate_sets(
+    settings: Settings, max_length: int, max_tokens_cap: int | None = None, device: Device = CPU
+) -> dict[str, list[int]]:
+    """What each setting may be picked from: the given value alone for an explicit setting. On a GPU the CPU threads
+    are not tuned (one runs what CUDA lacks) and batches may grow larger."""
     long_row = min(LONG_ROW_TOKENS, max_length)
     cap = max_tokens_cap or 2**31
-    tokens = sorted({max(max_length, min(cap, long_row * size)) for size in SIZE_CANDIDATES})
+    sizes = size_candidates(device)
+    tokens = sorted({max(max_length, min(cap, long_row * size)) for size in sizes})
     sets = {
-        "intra_op_threads": thread_candidates(os.cpu_count() or 1),
+        "intra_op_threads": [1] if device.is_cuda else thread_candidates(os.cpu_count() or 1),
         "parallel_runs": sorted({1, settings.model_workers}),
         "max_batch_tokens": tokens,
-        "max_batch_size": list(SIZE_CANDIDATES),
+        "max_batch_size": list(sizes),
     }
     for name in TUNED_SETTINGS & settings.model_fields_set:
         sets[name] = [int(getattr(settings, name))]
@@ -188,6 +200,36 @@ class CallCost:
         return threads + runs + 2 * self.measurement_s(3)
 
 
+class GpuMemory:
+    """What the batches tried took of a GPU's free memory, and whether a larger one would stay inside the budget
+    (``GPU_MEMORY_SHARE`` of what was free when tuning began): an fp16 graph's activations take half an fp32 one's,
+    so it is measured, not assumed. ``read``: the GPU's free bytes now (None: unknown, and nothing is refused)."""
+
+    def __init__(self, read: Callable[[], int | None], share: float = GPU_MEMORY_SHARE) -> None:
+        self.read = read
+        self.free_at_start = read()
+        self.budget = None if self.free_at_start is None else int(share * self.free_at_start)
+        self.used: dict[int, int] = {}  # batch tokens -> bytes taken since tuning began, once it had run
+
+    def observe(self, tokens: int) -> None:
+        free = self.read()
+        if free is not None and self.free_at_start is not None:
+            self.used[tokens] = max(self.used.get(tokens, 0), self.free_at_start - free)
+
+    def fits(self, tokens: int) -> bool:
+        """Whether a batch of ``tokens`` should fit: the growth between the two largest batches tried, extended."""
+        if self.budget is None or not self.used:
+            return True
+        sizes = sorted(self.used)
+        last = sizes[-1]
+        if len(sizes) == 1:
+            per_token = self.used[last] / last
+        else:
+            before = sizes[-2]
+            per_token = max(0.0, (self.used[last] - self.used[before]) / (last - before))
+        return self.used[last] + per_token * max(0, tokens - last) <= self.budget
+
+
 class Tuner:
     def __init__(
         self,
@@ -197,7 +239,12 @@ class Tuner:
         vocab_size: int,
         max_length: int,
         budget_s: float,
+        sizes: tuple[int, ...] = SIZE_CANDIDATES,
+        memory: GpuMemory | None = None,
     ) -> None:
+        """``sizes``: the batch sizes (rows) the sweeps may try; ``memory``: a GPU's, to stay inside."""
+        self.sizes = sizes
+        self.memory = memory
         self.make_runner = make_runner
         self.ids = (cls_id, sep_id, vocab_size)
         self.max_length = max_length
@@ -284,7 +331,11 @@ class Tuner:
             expected = sweep.last_seconds * 2 * (self.cost.runs + 1)
             if count >= 2 and not self.clock.allows(expected, share):
                 break
+            if self.memory is not None and not self.memory.fits(size * length):
+                break
             seconds = _time_batch(runner, self._batch(size, length), self.cost.runs)
+            if self.memory is not None:
+                self.memory.observe(size * length)
             rate = size * length / seconds
             stalled = stalled + 1 if sweep.rates and rate < GROWTH * max(sweep.rates.values()) else 0
             sweep.rates[size], sweep.last_seconds = rate, seconds
@@ -314,7 +365,7 @@ class Tuner:
         if len(token_options) == 1:
             max_tokens = token_options[0]
         else:
-            sizes = [size for size in SIZE_CANDIDATES if size * long_row <= max(token_options)]
+            sizes = [size for size in self.sizes if size * long_row <= max(token_options)]
             sweep = self._sweep_rows(runner, long_row, sizes or [1], TOKENS_SHARE)
             measured["max_batch_tokens"] = {size * long_row: rate for size, rate in sweep.rates.items()}
             max_tokens = _at_least(token_options, sweep.knee() * long_row)
@@ -365,18 +416,30 @@ def tune_runner(
     settings: Settings,
     max_tokens_cap: int | None = None,
     build_s: float = 0.0,
+    device: Device = CPU,
 ) -> tuple[ModelRunner, BatchingChoice]:
     """Tune one loaded model (before its worker starts); returns the runner to serve with and the choice.
     ``build_s``: how long ``runner``'s session took to build."""
-    candidates = candidate_sets(settings, context.max_length, max_tokens_cap)
+    candidates = candidate_sets(settings, context.max_length, max_tokens_cap, device)
+    memory = None
+    if device.is_cuda:
+        memory = GpuMemory(lambda: (cuda_free_memory(device.index) or (None, 0))[0])
     tuner = Tuner(
-        lambda threads: OrtRunner(model_path, outputs, threads, settings.intra_op_spinning),
+        lambda threads: OrtRunner(model_path, outputs, threads, settings.intra_op_spinning, device),
         context.cls_token_id,
         context.sep_token_id,
         context.tokenizer.get_vocab_size(),
         context.max_length,
         settings.tune_seconds,
+        size_candidates(device),
+        memory,
     )
-    choice, runner = tuner.tune(candidates, runner, settings.intra_op_threads, build_s)
-    log_choice(name, choice, tuner.budget_note)
+    threads = candidates["intra_op_threads"][0] if device.is_cuda else settings.intra_op_threads
+    choice, runner = tuner.tune(candidates, runner, threads, build_s)
+    note = tuner.budget_note
+    if memory is not None and memory.budget is not None and memory.free_at_start is not None:
+        largest = max(memory.used.values(), default=0)
+        note += f"; {device.name}: {memory.free_at_start / 2**30:.1f} GiB free, batches kept under "
+        note += f"{memory.budget / 2**30:.1f} GiB (the largest tried took {largest / 2**20:.0f} MiB)"
+    log_choice(name, choice, note)
     return runner, choice

@@ -28,6 +28,7 @@ async def list_models(registry: RegistryDep) -> ModelsResponse:
                 quantization=info.quantization,
                 precision=info.precision,
                 architecture=info.architecture,
+                device=info.device,
                 mask_token=info.mask_token,
                 prompts=dict(engine.context.prompts),
                 request_defaults=dict(engine.bundle.spec.request_defaults),

@@ -92,6 +92,7 @@ class ModelCard(SentInFull):
     quantization: str = Field(description="Weights' quantization.", json_schema_extra={"enum": list(QUANTIZATIONS)})
     precision: str = Field(description="Compute precision.", json_schema_extra={"enum": list(PRECISIONS)})
     architecture: str = Field(description="The checkpoint's architecture, e.g. RobertaForSequenceClassification.")
+    device: str = Field("cpu", description="Where the model runs: cpu, or cuda:N (a GPU).")
     mask_token: str | None = Field(
         None, description="fill-mask: the token a masked position is written with ([MASK] or <mask>); null otherwise."
     )
@@ -137,6 +138,7 @@ class ModelsResponse(SentInFull):
                     "max_length": 128,
                     "quantization": "int8",
                     "precision": "fp32",
+                    "device": "cpu",
                     "ready": True,
                 }
             ],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import http.server
 import importlib.util
+import re
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -41,6 +42,16 @@ def test_render_changes_only_name_replicas_and_host_port(kube_check: ModuleType)
     expected["spec"]["template"]["spec"]["containers"][0]["ports"][0].update(hostPort=18081, hostIP="127.0.0.1")
     assert rendered == expected
     assert deployment["spec"]["replicas"] == 2, "the manifest itself is left as written"
+
+
+def test_the_deploy_check_runs_only_the_cpu_image_and_deployment(kube_check: ModuleType) -> None:
+    """No GPU here: Dockerfile.gpu and docker/k8s/gpu are only linted (test_dockerfiles.py, test_manifests.py)."""
+    docker = SCRIPT.parent
+    assert kube_check.DEPLOYMENT.resolve() == (docker / "k8s" / "deployment.yaml").resolve()
+    container_check = (docker / "container_check.sh").read_text()
+    assert re.findall(r"-f (docker/\S+)", container_check) == ["docker/Dockerfile"]
+    for script in ("container_check.sh", "deploy_check.sh", "kube_check.py"):
+        assert "gpu" not in (docker / script).read_text().lower(), script
 
 
 @contextmanager
