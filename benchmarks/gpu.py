@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -176,23 +177,50 @@ def raw_loop(bundle: Path, texts: list[str], seconds: float, device: str) -> dic
             "batch1_p50_ms": round(1000 * statistics.median(singles), 3), "batch1_calls": len(singles)}  # fmt: skip
 
 
-async def served_points(port: int, model: str, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """Closed-loop HTTP load: c=1 (p50), c=32 and c=128 one input a request, c=32 with 16 inputs a request."""
+def batch_counters(port: int, model: str) -> dict[str, float]:
+    """The server's batch counters for ``model`` from /metrics: batches, rows, and seconds inside the model."""
+    text = post_get_text(port, "/metrics")
+    found: dict[str, float] = {}
+    for key, metric in (("rows", "bertserve_batch_size"), ("run_s", "bertserve_inference_seconds")):
+        for part in ("sum", "count"):
+            match = re.search(rf'^{metric}_{part}{{[^}}]*model="{model}"[^}}]*}} (\S+)$', text, re.MULTILINE)
+            found[f"{key}_{part}"] = float(match.group(1)) if match else 0.0
+    return found
+
+
+def batch_figures(before: dict[str, float], after: dict[str, float], cpu_s: float, requests: int) -> dict[str, Any]:
+    batches = after["rows_count"] - before["rows_count"]
+    return {
+        "batches": int(batches),
+        "rows_per_batch": round((after["rows_sum"] - before["rows_sum"]) / batches, 2) if batches else None,
+        "run_ms_per_batch": round(1000 * (after["run_s_sum"] - before["run_s_sum"]) / batches, 3) if batches else None,
+        "server_cpu_ms_per_request": round(1000 * cpu_s / requests, 3) if requests else None,
+    }
+
+
+async def served_points(
+    port: int, model: str, texts: list[str], args: argparse.Namespace, server_pid: int
+) -> dict[str, Any]:
+    """Closed-loop HTTP load: c=1 (p50), c=32 and c=128 one input a request, c=32 with 16 inputs a request; with the
+    server's own figures for each (rows per batch, time per batch inside the model, CPU per request)."""
     points: dict[str, Any] = {}
     plans = [("c1", 1, 1), ("c32", 32, 1), ("c128", 128, 1), ("c32x16", 32, 16)]
     for key, clients, per_request in plans:
         groups = [texts[start : start + per_request] for start in range(0, len(texts), per_request)]
         bodies = [json.dumps({"model": model, "inputs": group if per_request > 1 else group[0],
                               "truncation": True}).encode() for group in groups]  # fmt: skip
+        counters, cpu_before = batch_counters(port, model), servers.session_cpu_seconds(server_pid)
         started = time.perf_counter()
         rate, tally = await closed_loop("127.0.0.1", port, ROUTE, bodies, clients, args.warmup, args.duration, 60.0)
+        cpu_s = servers.session_cpu_seconds(server_pid) - cpu_before
+        inside = batch_figures(counters, batch_counters(port, model), cpu_s, sum(tally.statuses.values()))
         latencies = [lat for lat, end in zip(tally.admitted_latencies, tally.admitted_finished, strict=True)
                      if end > started + args.warmup]  # fmt: skip
         p50 = percentile(latencies, 0.5)
         points[key] = {
             "sequences_per_s": None if rate is None else round(rate * per_request, 1),
             "p50_ms": None if p50 is None else round(1000 * p50, 3),
-            "requests": len(latencies), "statuses": dict(sorted(tally.statuses.items())),
+            "requests": len(latencies), "statuses": dict(sorted(tally.statuses.items())), "server": inside,
         }  # fmt: skip
     return points
 
@@ -276,10 +304,13 @@ def measure(args: argparse.Namespace, results: dict[str, Any]) -> None:
         write(results, args.out)
         results["served"] = {}
         for name, (model, texts) in loads.items():
-            results["served"][name] = asyncio.run(served_points(port, model, texts, args))
+            results["served"][name] = asyncio.run(served_points(port, model, texts, args, server.pid))
             log.info("served %s: %s", name, results["served"][name])
             write(results, args.out)
         results["server_log_tail"] = server.log_path.read_text(errors="replace")[-4000:]
+    if args.torch_from is not None:  # a run before this one on the same kind of card timed the same pipelines
+        results["torch"] = {**json.loads(args.torch_from.read_text())["torch"], "from": str(args.torch_from)}
+        return
     results["torch"] = {}
     for name, (model, texts) in loads.items():
         checkpoint = work / ("sst2-checkpoint" if model == "sst2" else "base-checkpoint")
@@ -292,6 +323,12 @@ def post_get(port: int, route: str) -> Any:
     import httpx
 
     return httpx.get(f"http://127.0.0.1:{port}{route}", timeout=30).json()
+
+
+def post_get_text(port: int, route: str) -> str:
+    import httpx
+
+    return httpx.get(f"http://127.0.0.1:{port}{route}", timeout=30).text
 
 
 def write(results: dict[str, Any], out: Path) -> None:
@@ -312,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--raw-seconds", type=float, default=1.0, help="seconds per raw batch size and for batch 1")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke run of the script")
     parser.add_argument("--base-size", choices=("base", "tiny"), default="base", help="tiny: a smoke run")
+    parser.add_argument("--torch-from", type=Path, help="take the torch pipeline's figures from this earlier report")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.work_dir.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ def target_rows(results: dict[str, Any]) -> list[tuple[str, str, str, bool | Non
     """(target, workload, figure, met) for every target the results can judge."""
     rows: list[tuple[str, str, str, bool | None]] = []
     raw, served, torch = results.get("raw_cuda", {}), results.get("served", {}), results.get("torch", {})
+    torch = {name: figures for name, figures in torch.items() if isinstance(figures, dict)}
     for name, points in served.items():
         best_raw = raw.get(name, {}).get("sequences_per_s")
         best_served = max((points[key]["sequences_per_s"] or 0.0) for key in ("c32", "c128"))
@@ -67,7 +68,7 @@ def markdown(results: dict[str, Any]) -> str:
                   "| torch pipeline b32 | torch batch-1 p50 |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
         for name, figures in raw.items():
-            points, peer = served.get(name, {}), torch.get(name, {})
+            points, peer = served.get(name, {}), torch.get(name, {}) if name in torch else {}
 
             def cell(key: str, field: str = "sequences_per_s", points: dict[str, Any] = points) -> str:
                 return _fig(points.get(key, {}).get(field))

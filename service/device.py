@@ -47,8 +47,9 @@ class Device:
         """The session's execution providers: the CUDA one first (with the CPU for what it lacks), or the CPU."""
         if not self.is_cuda:
             return [CPU_PROVIDER]
-        options = {"device_id": str(self.index), "arena_extend_strategy": "kSameAsRequested"}
-        return [(CUDA_PROVIDER, options), CPU_PROVIDER]
+        # the default arena (regions that double) on purpose: kSameAsRequested allocates afresh for every new batch
+        # shape, and served batches come in ever new shapes (a 10x loss at c=32 on an H200, benchmarks/results/gpu.md)
+        return [(CUDA_PROVIDER, {"device_id": str(self.index)}), CPU_PROVIDER]
 
 
 CPU = Device("cpu")

@@ -68,6 +68,9 @@ class BatchingChoice:
     candidates: dict[str, list[int]] = field(default_factory=dict)  # per tuned setting, what it was picked from
     tokens_per_second: dict[str, dict[int, float]] = field(default_factory=dict)  # what was measured
     seconds: float = 0.0  # time the tuner took
+    # a GPU's measured cost of one call in tokens (None: the batch_overhead_tokens setting): its calls cost as much as
+    # thousands of padded tokens, so its batches should take rows of any length, where a CPU's group them by length
+    overhead_tokens: float | None = None
 
     @classmethod
     def configured(cls, settings: Settings) -> BatchingChoice:
@@ -76,13 +79,14 @@ class BatchingChoice:
 
     def apply(self, settings: Settings) -> Settings:
         """``settings`` with this choice's values (the batcher reads its policy from settings)."""
-        return settings.model_copy(
-            update={
-                "max_batch_tokens": self.max_batch_tokens,
-                "max_batch_size": self.max_batch_size,
-                "intra_op_threads": self.intra_op_threads,
-            }
-        )
+        update: dict[str, Any] = {
+            "max_batch_tokens": self.max_batch_tokens,
+            "max_batch_size": self.max_batch_size,
+            "intra_op_threads": self.intra_op_threads,
+        }
+        if self.overhead_tokens is not None:
+            update["batch_overhead_tokens"] = self.overhead_tokens
+        return settings.model_copy(update=update)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +97,7 @@ class BatchingChoice:
             "tuned": self.tuned,
             "candidates": self.candidates,
             "tune_seconds": round(self.seconds, 3),
+            "batch_overhead_tokens": None if self.overhead_tokens is None else round(self.overhead_tokens),
         }
 
 
@@ -241,9 +246,12 @@ class Tuner:
         budget_s: float,
         sizes: tuple[int, ...] = SIZE_CANDIDATES,
         memory: GpuMemory | None = None,
+        learn_overhead: bool = False,
     ) -> None:
-        """``sizes``: the batch sizes (rows) the sweeps may try; ``memory``: a GPU's, to stay inside."""
+        """``sizes``: the batch sizes (rows) the sweeps may try; ``memory``: a GPU's, to stay inside;
+        ``learn_overhead``: measure a call's cost in tokens (a GPU's) instead of taking batch_overhead_tokens."""
         self.sizes = sizes
+        self.learn_overhead = learn_overhead
         self.memory = memory
         self.make_runner = make_runner
         self.ids = (cls_id, sep_id, vocab_size)
@@ -378,9 +386,14 @@ class Tuner:
             sweep = self._sweep_rows(runner, short_row, sizes, 1.0)
             measured["max_batch_size"] = sweep.rates
             max_size = _at_least(size_options, max(sweep.knee(), max_tokens // long_row))
+        overhead = None
+        if self.learn_overhead:  # one long row's call, at the best rate measured: what a call costs beyond its tokens
+            best = max(rate for rates in measured.values() for rate in rates.values())
+            overhead = max(0.0, self.cost.row_s * best - long_row)
         choice = BatchingChoice(
-            max_tokens, max_size, threads, parallel_runs, True, candidates, _rounded(measured), self.clock.elapsed
-        )
+            max_tokens, max_size, threads, parallel_runs, True, candidates, _rounded(measured), self.clock.elapsed,
+            overhead,
+        )  # fmt: skip
         return choice, runner
 
 
@@ -433,6 +446,7 @@ def tune_runner(
         settings.tune_seconds,
         size_candidates(device),
         memory,
+        learn_overhead=device.is_cuda and "batch_overhead_tokens" not in settings.model_fields_set,
     )
     threads = candidates["intra_op_threads"][0] if device.is_cuda else settings.intra_op_threads
     choice, runner = tuner.tune(candidates, runner, threads, build_s)

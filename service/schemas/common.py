@@ -69,6 +69,9 @@ class Batching(SentInFull):
         default_factory=dict, description="Per tuned setting, the values the tuner picked from."
     )
     tune_seconds: float = Field(0.0, description="Time start-up tuning took for this model.")
+    batch_overhead_tokens: float | None = Field(
+        None, description="A GPU's measured cost of one model call in tokens (null: the batch_overhead_tokens setting)."
+    )
 
 
 class QuantizationEval(SentInFull):
