@@ -5,7 +5,8 @@
 
 ``demo/heldout.py`` and ``demo/heldout_probes.py`` make the inputs from names, cities, organisations, templates
 and seeds that training never sees. Each request goes through what ``/v1/<task>`` runs (the request schema's
-defaults, then ``Engine.infer``: the handler's windowing, batching, ONNX Runtime, decoding), without HTTP:
+defaults, then ``run_inference``, the path every transport takes: the input limit, request defaults, token cap, the
+handler's windowing, batching, ONNX Runtime, decoding), without HTTP:
 
 - ner (token-classification): a ~2,800-word text of everyday filler (music, the city, the river, days, months)
   with ~60 planted entities, as one input with the bundle's default aggregation ("first"). A predicted entity is right
@@ -52,9 +53,14 @@ def _settings() -> Any:
 
 
 async def _infer(engine: Any, request_type: Any, body: dict[str, Any]) -> list[Any]:
+    """One request through the path every transport takes (its input limit, request defaults, token cap)."""
+    from service.inference import InferenceRequest, run_inference
+    from service.registry import ModelRegistry
+
     inputs, params = request_type.model_validate(body).to_task()
-    results: list[Any] = await engine.infer(inputs, params)
-    return results
+    request = InferenceRequest(engine.task, inputs, params, engine.name)
+    result = await run_inference(request, ModelRegistry({engine.name: engine}), engine.settings, engine=engine)
+    return result.results
 
 
 async def _check_ner(engine: Any) -> Figures:

@@ -115,13 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from service.app import create_app
+    from service.core import ServiceCore
     from service.device import DeviceUnavailable
     from service.http_protocol import bounded_headers_protocol
-    from service.registry import load_engines
 
-    broken: dict[str, str] = {}
+    core = ServiceCore(settings)
     try:
-        engines = load_engines(sources, settings, broken=broken if settings.skip_broken else None)
+        core.load()
     except DeviceUnavailable as exc:
         print(f"bertserve: error: {exc}", file=sys.stderr)
         return 1
@@ -129,11 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         name = next((name for name, path in sources.items() if str(path) == exc.path), exc.path)
         print(f"bertserve: error: cannot serve model {name}: {exc} (--skip-broken serves the others)", file=sys.stderr)
         return 1
-    if not engines:
-        print(f"bertserve: error: no model could be loaded: {', '.join(sorted(broken))}", file=sys.stderr)
+    if not core.registry.engines:
+        print(f"bertserve: error: no model could be loaded: {', '.join(sorted(core.registry.broken))}", file=sys.stderr)
         return 1
 
-    app = create_app(settings, engines=engines, broken=broken)
+    app = create_app(core=core)
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -1,17 +1,13 @@
-"""``create_app(settings)``: the FastAPI app, its error mapping and its lifespan.
-
-The lifespan loads the engines (unless they were built already, as ``python -m service`` does to
-fail fast on a bad bundle), starts and warms them up in the background (``/health/ready`` is 503
-until that is done), and on shutdown turns readiness off, drains queued work and stops the workers.
+"""``create_app(settings)`` / ``create_app(core=core)``: the HTTP transport over a ``ServiceCore``: routes, error
+mapping, middleware, and a lifespan that starts the core (loading its models first unless ``python -m service``
+already did, to fail fast on a bad bundle; ``/health/ready`` is 503 until every model is warm) and on shutdown stops
+it (readiness off, queued work drained, workers stopped).
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 from collections.abc import AsyncIterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -26,9 +22,9 @@ from service.api.entry import InferenceEntry
 from service.api.openapi_doc import finish_document
 from service.api.operation_ids import operation_id
 from service.api.protocols import INFERENCE_ROUTES
+from service.core import ServiceCore
 from service.engine import Engine
 from service.errors import ServiceError, error_body, http_error_type
-from service.metrics import ServiceMetrics
 from service.middleware import (
     ApiKeyMiddleware,
     BodyReadMiddleware,
@@ -37,9 +33,7 @@ from service.middleware import (
     open_path_prefixes,
 )
 from service.oip import HEADER_LENGTH
-from service.registry import ModelRegistry, load_engines
 from service.request_errors import validation_error
-from service.runtime import release_free_memory
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -88,59 +82,25 @@ def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     return _error_response(ServiceError(f"internal error: {type(exc).__name__}"), request)
 
 
-# glibc keeps the heap a burst freed (thousands of connections, megabyte bodies): without handing it back now and
-# then, RSS stays at the burst's high-water mark (benchmarks/results/hostile.md).
-TRIM_EVERY_S = 15.0
-
-
-async def _trim_free_memory() -> None:
-    while True:
-        await asyncio.sleep(TRIM_EVERY_S)
-        await asyncio.to_thread(release_free_memory)
-
-
 def create_app(
     settings: Settings | None = None,
     engines: Mapping[str, Engine] | None = None,
     broken: Mapping[str, str] | None = None,
+    core: ServiceCore | None = None,
 ) -> FastAPI:
-    """The service app; ``engines``: already loaded engines (else the lifespan loads ``settings``' models);
-    ``broken``: bundles skipped when they were loaded (``skip_broken``), name -> reason."""
-    settings = settings or Settings()
-    metrics = ServiceMetrics()
-    executor = ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix="bertserve-prepare")
+    """The HTTP transport over ``core`` (else a core of ``settings``, ``engines`` and ``broken``, see
+    ``ServiceCore``): the lifespan starts the core (loading its models first unless they are loaded) and stops it."""
+    core = core or ServiceCore(settings or Settings(), engines, broken)
+    settings = core.settings
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        skipped = dict(broken or {})
-        if engines is None:
-            record = skipped if settings.skip_broken else None
-            loaded = await asyncio.to_thread(load_engines, settings.model_sources(), settings, executor, record)
-        else:
-            loaded = dict(engines)
-        for name, engine in loaded.items():
-            observer = metrics.observer(name, engine.task)
-            for worker in engine.workers:
-                if worker.observer is None:
-                    worker.observer = observer
-            metrics.watch_queue(name, engine.task, functools.partial(getattr, engine.batcher, "queue_depth"))
-            metrics.watch_engine(engine)
-            metrics.record_batching(name, engine.task, engine.batching)
-        registry = ModelRegistry(loaded, skipped, settings.default_model)
-        app.state.registry = registry
-        starting = asyncio.create_task(registry.start_all())
-        starting.add_done_callback(_log_start_failure)
-        trimming = asyncio.create_task(_trim_free_memory())
+        await core.start()
+        app.state.registry = core.registry
         try:
             yield
         finally:
-            trimming.cancel()
-            registry.shutting_down = True
-            if not starting.done():
-                starting.cancel()
-            await registry.stop_all(drain=True)
-            executor.shutdown(wait=False)
-            logger.info("stopped")
+            await core.stop(drain=True)
 
     app = FastAPI(
         title="bertserve",
@@ -152,10 +112,11 @@ def create_app(
         docs_url=None,  # /docs and /redoc come from service.api.docs, with their assets served locally
         redoc_url=None,
     )
+    app.state.core = core
     app.state.settings = settings
-    app.state.metrics = metrics
-    app.state.executor = executor
-    app.state.registry = ModelRegistry({})
+    app.state.metrics = core.metrics
+    app.state.executor = core.executor
+    app.state.registry = core.registry
     for router in ROUTERS:
         app.include_router(router)
     app.add_exception_handler(ServiceError, _service_error)
@@ -183,7 +144,7 @@ def create_app(
         app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, protect_metrics=settings.protect_metrics)
         open_paths = open_path_prefixes(settings.protect_metrics)
     finish_document(app, open_paths)
-    app.add_middleware(MetricsMiddleware, metrics=metrics, known_paths=known_paths)
+    app.add_middleware(MetricsMiddleware, metrics=core.metrics, known_paths=known_paths)
     if settings.cors_allow_origins:  # outermost: a preflight is answered before keys and limits apply
         app.add_middleware(
             CORSMiddleware,
@@ -194,8 +155,3 @@ def create_app(
             max_age=600,
         )
     return app
-
-
-def _log_start_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.critical("start-up failed; the service stays not ready", exc_info=task.exception())

@@ -17,16 +17,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from contract.bundle import Bundle, BundleError, read_bundle
 from contract.tasks import task_spec
 from service.batcher import Batcher, BatchPolicy
 from service.device import CPU, Device, DeviceUnavailable, resolve_device
-from service.errors import BadRequest, NotReady, RequestTimeout
+from service.errors import BadRequest, NotReady, PayloadTooLarge, RequestTimeout
 from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
 from service.settings import EMBEDDING_TASK, Settings
 from service.supervision import WorkerPool
@@ -35,6 +35,7 @@ from service.token_cap import check_token_cap
 from service.tuning import BatchingChoice, tune_runner
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,10 +350,39 @@ class Engine:
 
     def _prepare(self, inputs: list[Any], params: Any) -> list[Prepared]:
         """The token cap (PayloadTooLarge), then the handler's tokenization."""
-        setting = "max_embedding_tokens" if self.task == EMBEDDING_TASK else "max_request_tokens"
-        limit = self.settings.max_tokens_for(self.task)
-        check_token_cap(self.context.tokenizer, input_texts(inputs), limit, setting)
+        self._check_token_cap(input_texts(inputs))
         return self.handler.prepare(self.context, inputs, params)
+
+    def _check_token_cap(self, texts: list[str]) -> None:
+        setting = "max_embedding_tokens" if self.task == EMBEDDING_TASK else "max_request_tokens"
+        check_token_cap(self.context.tokenizer, texts, self.settings.max_tokens_for(self.task), setting)
+
+    async def _off_the_loop(self, size: int, work: Callable[[], T]) -> T:
+        """``work()`` inline when ``size`` (characters or ids) is small, else on the prepare threads: a long
+        tokenization never holds the event loop."""
+        if size <= self.settings.prepare_inline_chars:
+            return work()
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+
+    async def tokenize(self, texts: list[str], add_special_tokens: bool = True) -> list[Encoding]:
+        """The model's tokens of each text (TEI's /tokenize), through the request token cap, off the event loop."""
+
+        def work() -> list[Encoding]:
+            self._check_token_cap(texts)
+            return [self.context.tokenizer.encode(text, add_special_tokens=add_special_tokens) for text in texts]
+
+        return await self._off_the_loop(sum(len(text) for text in texts), work)
+
+    async def decode(self, id_lists: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        """The text of each list of token ids (TEI's /decode): at most the request token cap of ids."""
+        count, limit = sum(len(ids) for ids in id_lists), self.settings.max_tokens_for(self.task)
+        if count > limit:
+            setting = "max_embedding_tokens" if self.task == EMBEDDING_TASK else "max_request_tokens"
+            raise PayloadTooLarge(f"{count} token ids in one request; the limit is {limit} ({setting})")
+        tokenizer = self.context.tokenizer
+        return await self._off_the_loop(
+            count, lambda: [tokenizer.decode(ids, skip_special_tokens=skip_special_tokens) for ids in id_lists]
+        )
 
     async def stop(self, drain: bool = True, timeout_s: float = 30.0) -> None:
         """Refuse new requests; finish (``drain``) or fail queued ones; stop the worker."""

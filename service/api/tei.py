@@ -73,11 +73,10 @@ def the_model(registry: ModelRegistry, name: str | None) -> Engine:
 @router.post("/tokenize", response_model=TeiTokenizeResponse, responses=BODY_ERRORS)
 async def tokenize(body: TeiTokenizeRequest, registry: RegistryDep) -> list[list[SimpleToken]]:
     """The model's tokens of each text: id, the text it covers, whether it is special, its character offsets."""
-    tokenizer = the_model(registry, body.model).context.tokenizer
     texts = body.inputs if isinstance(body.inputs, list) else [body.inputs]
+    encodings = await the_model(registry, body.model).tokenize(texts, body.add_special_tokens)
     answers = []
-    for text in texts:
-        encoding = tokenizer.encode(text, add_special_tokens=body.add_special_tokens)
+    for text, encoding in zip(texts, encodings, strict=True):
         tokens = []
         for token_id, token, special, (start, stop) in zip(
             encoding.ids, encoding.tokens, encoding.special_tokens_mask, encoding.offsets, strict=True
@@ -93,9 +92,8 @@ async def tokenize(body: TeiTokenizeRequest, registry: RegistryDep) -> list[list
 @router.post("/decode", response_model=TeiDecodeResponse, responses=BODY_ERRORS)
 async def decode(body: TeiDecodeRequest, registry: RegistryDep) -> list[str]:
     """The text of each list of token ids."""
-    tokenizer = the_model(registry, body.model).context.tokenizer
     lists = body.ids if isinstance(body.ids[0], list) else [body.ids]
-    return [tokenizer.decode(ids, skip_special_tokens=body.skip_special_tokens) for ids in lists]
+    return await the_model(registry, body.model).decode(lists, body.skip_special_tokens)
 
 
 @router.get("/info", response_model=TeiInfo, responses=LOOKUP_ERRORS)
