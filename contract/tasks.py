@@ -2,7 +2,8 @@
 
 A row says which outputs the task's graph gives (and which of them are per token), the transformers
 architecture the task maps to, which checkpoint architectures carry its trained weights, the transformers
-pipeline's defaults for its parameters, and the metric a fine-tuning run is judged by. Adding a task is one
+pipeline's defaults for its parameters (the service's request schemas and task handlers read them from here),
+and the metric a fine-tuning run is judged by. Adding a task is one
 row here, one handler in ``service/tasks`` and one schema module in ``service/schemas``.
 """
 
@@ -143,7 +144,9 @@ TASKS: dict[str, TaskSpec] = {
             detect_from=frozenset({"BertForTokenClassification"}),
             primary_metric="f1",
             needs_labels=True,
-            pipeline_defaults=_frozen(aggregation_strategy="none", ignore_labels=("O",), stride=None),
+            # "simple", as the Hugging Face Inference API answers (whole entities); transformers' pipeline defaults
+            # to "none" (one entry per sub-word token), which a request still gets by asking for it.
+            pipeline_defaults=_frozen(aggregation_strategy="simple", ignore_labels=("O",), stride=None),
         ),
         TaskSpec(
             name="question-answering",

@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field
 
 from service.schemas.common import MAX_TOP_K, TaskRequest, examples
 from service.tasks import FillMaskParams
+from service.tasks.fill_mask import DEFAULTS
 
 
 class FillMaskRequest(TaskRequest):
@@ -18,7 +19,7 @@ class FillMaskRequest(TaskRequest):
     inputs: str | Annotated[list[str], Field(min_length=1)] = Field(
         description="A text with one or more mask tokens, or a list of them."
     )
-    top_k: int = Field(5, ge=1, le=MAX_TOP_K, description="Predictions per mask.")
+    top_k: int = Field(DEFAULTS["top_k"], ge=1, le=MAX_TOP_K, description="Predictions per mask.")
     targets: Annotated[list[str], Field(min_length=1)] | None = Field(
         None, description="Only score these words (as transformers' targets)."
     )

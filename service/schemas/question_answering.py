@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.schemas.common import MAX_TOKENS, MAX_TOP_K, TaskRequest, examples
 from service.tasks import QAInput, QAParams
+from service.tasks.question_answering import DEFAULTS
 
 
 class QAPair(BaseModel):
@@ -30,19 +31,23 @@ class QuestionAnsweringRequest(TaskRequest):
     inputs: QAPair | Annotated[list[QAPair], Field(min_length=1)] = Field(
         description="A {question, context} pair or a list of them."
     )
-    top_k: int = Field(1, ge=1, le=MAX_TOP_K, description="Answers per input.")
+    top_k: int = Field(DEFAULTS["top_k"], ge=1, le=MAX_TOP_K, description="Answers per input.")
     doc_stride: int | None = Field(
         None, ge=0, le=MAX_TOKENS, description="Overlap of context windows; default min(max_seq_len // 2, 128)."
     )
-    max_answer_len: int = Field(15, ge=1, le=MAX_TOKENS, description="Longest answer, in tokens.")
+    max_answer_len: int = Field(
+        DEFAULTS["max_answer_len"], ge=1, le=MAX_TOKENS, description="Longest answer, in tokens."
+    )
     max_seq_len: int | None = Field(
         None,
         ge=2,
         le=MAX_TOKENS,
         description="Tokens per window, question included; default min(max length, 384).",
     )
-    max_question_len: int = Field(64, ge=1, le=MAX_TOKENS)
-    handle_impossible_answer: bool = Field(False, description="Allow the empty answer (SQuAD v2 style).")
+    max_question_len: int = Field(DEFAULTS["max_question_len"], ge=1, le=MAX_TOKENS)
+    handle_impossible_answer: bool = Field(
+        DEFAULTS["handle_impossible_answer"], description="Allow the empty answer (SQuAD v2 style)."
+    )
     score_aggregation: Literal["sum", "max"] = Field(
         "sum",
         description="How equal answers found in several windows (or spans) merge: sum adds their scores, as "

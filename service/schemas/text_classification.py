@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.schemas.common import MAX_TOP_K, TaskRequest, examples
 from service.tasks import ClassificationParams
+from service.tasks.text_classification import DEFAULTS
 
 
 class TextPair(BaseModel):
@@ -30,9 +31,12 @@ class TextClassificationRequest(TaskRequest):
     inputs: TextInput | Annotated[list[TextInput], Field(min_length=1)] = Field(
         description="A text, a {text, text_pair} pair, or a list of either."
     )
-    top_k: int | None = Field(1, ge=1, le=MAX_TOP_K, description="How many labels per input; null for all labels.")
+    top_k: int | None = Field(
+        DEFAULTS["top_k"], ge=1, le=MAX_TOP_K, description="How many labels per input; null for all labels."
+    )
     function_to_apply: Literal["softmax", "sigmoid", "none"] | None = Field(
-        None, description="Score function; default as transformers picks it (softmax, or sigmoid for multi-label)."
+        DEFAULTS["function_to_apply"],
+        description="Score function; default as transformers picks it (softmax, or sigmoid for multi-label).",
     )
 
     truncation: bool = Field(

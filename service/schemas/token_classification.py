@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from service.schemas.common import MAX_TOKENS, TaskRequest, examples
 from service.tasks import TokenClassificationParams, WordsInput
+from service.tasks.token_classification import DEFAULTS
 
 Word = Annotated[str, Field(min_length=1)]
 WordList = Annotated[list[Word], Field(min_length=1)]
@@ -36,18 +37,18 @@ class TokenClassificationRequest(TaskRequest):
         ),
     )
     aggregation_strategy: Literal["none", "simple", "first", "average", "max"] = Field(
-        "simple",
+        DEFAULTS["aggregation_strategy"],
         description=(
             "How sub-word predictions merge into entities (as in transformers' pipeline). Texts only: "
             "not allowed with `words`."
         ),
     )
     ignore_labels: list[str] = Field(
-        default_factory=lambda: ["O"],
+        default_factory=lambda: list(DEFAULTS["ignore_labels"]),
         description="Labels left out of the results. Texts only: not allowed with `words` (every word is answered).",
     )
     stride: int | None = Field(
-        None,
+        DEFAULTS["stride"],
         ge=0,
         le=MAX_TOKENS,
         description="Overlap of windows over long texts or word lists, in tokens; default max length // 4.",

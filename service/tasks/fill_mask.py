@@ -26,11 +26,13 @@ from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import encode_batch, require_text, require_top_k, softmax, to_sequence, vocabulary
 from service.tasks.sparse_embedding import SparseEmbedding, SparseEmbeddingParams, prepare_sparse, sparse_vector
 
+DEFAULTS = task_spec("fill-mask").pipeline_defaults  # stated once, in the task table
+
 
 @dataclass(frozen=True, slots=True)
 class FillMaskParams:
-    top_k: int = 5
-    targets: tuple[str, ...] | None = None
+    top_k: int = DEFAULTS["top_k"]
+    targets: tuple[str, ...] | None = DEFAULTS["targets"]
 
 
 def clean_up_tokenization(text: str) -> str:

@@ -24,6 +24,10 @@ from contract.tasks import task_spec
 from service.tasks.base import InputError, ModelContext, Prepared
 from service.tasks.common import as_input_error, require_text, require_top_k, to_sequence, truncating_tokenizer
 
+DEFAULTS = task_spec(
+    "question-answering"
+).pipeline_defaults  # stated once, in the task table
+
 
 @dataclass(frozen=True, slots=True)
 class QAInput:
@@ -36,12 +40,12 @@ class QAParams:
     """``None`` for ``doc_stride`` / ``max_seq_len`` means the pipeline's defaults:
     ``max_seq_len = min(max_length, 384)`` and ``doc_stride = min(max_seq_len // 2, 128)``."""
 
-    top_k: int = 1
+    top_k: int = DEFAULTS["top_k"]
     doc_stride: int | None = None
-    max_answer_len: int = 15
+    max_answer_len: int = DEFAULTS["max_answer_len"]
     max_seq_len: int | None = None
-    max_question_len: int = 64
-    handle_impossible_answer: bool = False
+    max_question_len: int = DEFAULTS["max_question_len"]
+    handle_impossible_answer: bool = DEFAULTS["handle_impossible_answer"]
     score_aggregation: str = "sum"  # "max": equal answers of several windows keep the best score, in [0, 1]
 
 

@@ -29,14 +29,18 @@ from service.tasks.common import (
     truncating_tokenizer,
 )
 
+DEFAULTS = task_spec(
+    "text-classification"
+).pipeline_defaults  # stated once, in the task table
+
 ClassificationInput = str | tuple[str, str]
 FUNCTIONS = ("sigmoid", "softmax", "none")
 
 
 @dataclass(frozen=True, slots=True)
 class ClassificationParams:
-    top_k: int | None = 1
-    function_to_apply: str | None = None
+    top_k: int | None = DEFAULTS["top_k"]
+    function_to_apply: str | None = DEFAULTS["function_to_apply"]
     truncation: bool = False
     long_text: str | None = None  # "chunk": classify long inputs in windows
 

@@ -37,13 +37,17 @@ from service.tasks.common import (
     truncating_tokenizer,
 )
 
+DEFAULTS = task_spec(
+    "token-classification"
+).pipeline_defaults  # stated once, in the task table
+
 STRATEGIES = ("none", "simple", "first", "average", "max")
 
 
 @dataclass(frozen=True, slots=True)
 class TokenClassificationParams:
-    aggregation_strategy: str = "simple"
-    ignore_labels: tuple[str, ...] = ("O",)
+    aggregation_strategy: str = DEFAULTS["aggregation_strategy"]
+    ignore_labels: tuple[str, ...] = tuple(DEFAULTS["ignore_labels"])
     stride: int | None = None
 
 
