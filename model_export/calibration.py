@@ -81,7 +81,7 @@ def quantize_int8_static(
     options: Mapping[str, Any] | None = None,
 ) -> None:
     """QDQ int8 of ``source``'s MatMuls (but ``keep_fp32``), activation scales calibrated on ``reader``.
-    ``options``: more of onnxruntime's quantiser extra_options (benchmarks.int8_static compares some)."""
+    ``options``: more of onnxruntime's quantiser extra_options (benchmarks.studies.int8_static compares some)."""
     typed = target.with_name(f".{target.stem}.typed.onnx")
     with_value_types(source, typed)
     try:

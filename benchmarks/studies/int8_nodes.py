@@ -1,8 +1,8 @@
 """Which nodes cost int8 its accuracy: quantise a served fp32 bundle's graph with some nodes left in fp32, serve each
 variant and score the task's eval set through HTTP (issue 25 item 1).
 
-    python -m benchmarks.int8_nodes runs/accuracy/bundles/squad-fp32 --task squad
-    python -m benchmarks.int8_nodes runs/accuracy/bundles/sst2-fp32 --task sst2
+    python -m benchmarks.studies.int8_nodes runs/accuracy/bundles/squad-fp32 --task squad
+    python -m benchmarks.studies.int8_nodes runs/accuracy/bundles/sst2-fp32 --task sst2
 
 Variants: everything int8 (the export's default), the QA head, the last layer, every attention, every feed-forward
 output projection, and those of the first layers or the last ones. Each row: the metric, the graph's size and how
@@ -29,7 +29,7 @@ from benchmarks.servers import bertserve_command, free_port, running
 from contract.bundle import file_sha256
 from model_export.optimize import FFN_OUTPUT, _quantize_dynamic
 
-log = logging.getLogger("benchmarks.int8_nodes")
+log = logging.getLogger("benchmarks.studies.int8_nodes")
 WORK = REPO_ROOT / "benchmarks" / "scratch" / "int8-nodes"
 
 
@@ -71,7 +71,9 @@ def scorer(task: str) -> tuple[str, Callable[[served_scores.Served], dict[str, f
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.int8_nodes", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.studies.int8_nodes", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("bundle", type=Path, help="a served fp32 bundle (its model.onnx is the fused graph)")
     parser.add_argument("--task", choices=("squad", "sst2"), required=True)
     parser.add_argument("--out", type=Path, help="results prefix (.json); default benchmarks/scratch/int8-nodes")

@@ -1,8 +1,8 @@
 """int8 variants of a served fp32 bundle's fused graph, dynamic and static, scored in-process on a text task's dev set
 (the export's own predictor, `model_export.task_eval`), beside the fp32 graph (issue 25 item 1).
 
-    python -m benchmarks.int8_static runs/accuracy/bundles/sst2-fp32 --task sst2
-    python -m benchmarks.int8_static runs/accuracy/bundles/rte-fp32 --task rte --rows 1024
+    python -m benchmarks.studies.int8_static runs/accuracy/bundles/sst2-fp32 --task sst2
+    python -m benchmarks.studies.int8_static runs/accuracy/bundles/rte-fp32 --task rte --rows 1024
 
 Static variants calibrate on ``--rows`` training rows drawn with seed 0 (as benchmarks.accuracy's exports do).
 Prints one line per variant: the accuracy and how many dev predictions differ from fp32's.
@@ -26,7 +26,7 @@ from model_export import optimize
 from model_export.calibration import WindowReader, quantize_int8_static
 from model_export.task_eval import EvalModel, predict, row_windows, score
 
-log = logging.getLogger("benchmarks.int8_static")
+log = logging.getLogger("benchmarks.studies.int8_static")
 WORK = REPO_ROOT / "benchmarks" / "scratch" / "int8-static"
 
 
@@ -57,7 +57,9 @@ def variants(source: Path, reader: WindowReader) -> dict[str, Callable[[Path], N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.int8_static", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.studies.int8_static", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("bundle", type=Path, help="a served fp32 bundle folder")
     parser.add_argument("--task", choices=["sst2", "rte"], required=True)
     parser.add_argument("--rows", type=int, default=256, help="calibration rows drawn from the training split")

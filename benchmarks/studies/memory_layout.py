@@ -4,7 +4,7 @@ The RSS a second copy adds is the model's own footprint (sessions, arena, tokeni
 libraries every server carries. Measured at ready and after a burst of long requests to every name (the burst grows
 ONNX Runtime's activation arena). Target of issue 21: <= 1.3x the ONNX file at ready, <= 1.4x after the burst.
 
-    python -m benchmarks.memory_layout BUNDLE [BUNDLE ...] [--server-args "--parallel-runs 2"]
+    python -m benchmarks.studies.memory_layout BUNDLE [BUNDLE ...] [--server-args "--parallel-runs 2"]
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import httpx
 from benchmarks.overload_client import rss_bytes
 from benchmarks.servers import bertserve_command, free_port, running
 
-log = logging.getLogger("benchmarks.memory_layout")
+log = logging.getLogger("benchmarks.studies.memory_layout")
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).parents[1] / "results"  # benchmarks/results
 TEXT = "the film was long but the actors kept it alive and the music carried every scene to its end"
 WORDS = TEXT.split(" ")
 
@@ -85,7 +85,7 @@ def markdown(rows: list[dict[str, Any]], server_args: list[str], loads: tuple[fl
     lines = [
         "# Memory: what a second model adds",
         "",
-        f"`python -m benchmarks.memory_layout` with server args `{shlex.join(server_args) or '(defaults)'}`; "
+        f"`python -m benchmarks.studies.memory_layout` with server args `{shlex.join(server_args) or '(defaults)'}`; "
         f"load average {loads[0]:.2f} at start, {loads[1]:.2f} at end. The burst: 48 requests of 8 texts of 110 "
         "words per model name, 16 at a time. Targets: <= 1.3x the file at ready, <= 1.4x after the burst.",
         "",
@@ -113,7 +113,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     server_args = shlex.split(args.server_args)
     start_load = os.getloadavg()[0]
-    log_dir = Path(__file__).parent / "scratch" / "memory-logs"
+    log_dir = Path(__file__).parents[1] / "scratch" / "memory-logs"
     rows = [layout_row(bundle, server_args, log_dir) for bundle in args.bundles]
     loads = (start_load, os.getloadavg()[0])
     report = {"server_args": server_args, "load_average": loads, "rows": rows}

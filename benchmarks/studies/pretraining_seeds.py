@@ -68,8 +68,8 @@ def markdown(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
     lines = [
         "# Does pre-training help, over fine-tuning seeds?",
         "",
-        "`python -m benchmarks.pretraining_seeds`: the product's SST-2 recipe from the encoder pre-trained here and "
-        'from its random twin (`benchmarks/results/accuracy.md`, "Does pre-training help?"), under seeds '
+        "`python -m benchmarks.studies.pretraining_seeds`: the product's SST-2 recipe from the encoder pre-trained "
+        'here and from its random twin (`benchmarks/results/accuracy.md`, "Does pre-training help?"), under seeds '
         f"{', '.join(str(s) for s in rows[0]['seeds'])} ({DEFAULT_SEED}: the accuracy rows). SST-2 dev accuracy is "
         "fine-tuning's own evaluation; runs one at a time, nothing else on the machine "
         f"(load average at the first start {loads[0][0]}, at the last end {loads[-1][1]}).",
@@ -88,7 +88,9 @@ def markdown(runs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.pretraining_seeds", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.studies.pretraining_seeds", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--seed", type=int, action="append", help=f"seeds (default: {DEFAULT_SEED}, 1, 2)")
     parser.add_argument("--row", action="append", choices=ROWS, help="rows (default: all four)")
     args = parser.parse_args(argv)

@@ -3,7 +3,7 @@ benchmarks.pretraining shape (4 x 256, vocabulary 8,000, 32 pairs of 128 tokens,
 vocabulary projection at every position and at the masked positions only, interleaved rounds on one model.
 Prints one JSON object; run it with nothing else on the machine.
 
-    python -m benchmarks.pretraining_step --rounds 3 --steps 10
+    python -m benchmarks.studies.pretraining_step --rounds 3 --steps 10
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ def full_head_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> to
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.pretraining_step", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.studies.pretraining_step", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of both heads")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per head and round")
     args = parser.parse_args(argv)

@@ -6,7 +6,7 @@ pre-training command alone (`benchmarks.pretraining.PRETRAIN_ARGUMENTS`), inside
 A pre-training run starts its fine-tunes as soon as it ends; at most ``--parallel`` processes run at once and
 whatever is unfinished at ``--deadline`` is stopped. Writes ``OUT/pretraining_sweep.json``.
 
-    python -m benchmarks.pretraining_sweep --corpus wikitext-train.txt --sst2 ../shared/data/sst2 --out runs/ps
+    python -m benchmarks.studies.pretraining_sweep --corpus wikitext-train.txt --sst2 ../shared/data/sst2 --out runs/ps
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.accuracy import SST2_ARGUMENTS
-from benchmarks.recipe_sweep import run_logged
+from benchmarks.studies.recipe_sweep import run_logged
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,9 @@ def summary(chains: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.pretraining_sweep", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.studies.pretraining_sweep", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--corpus", type=Path, required=True, help="WikiText-2 train, one paragraph per line")
     parser.add_argument("--sst2", type=Path, required=True, help="folder with SST-2 train.tsv and dev.tsv")
     parser.add_argument("--out", type=Path, required=True)

@@ -1,15 +1,15 @@
 """Task-adaptive pre-training (Gururangan et al. 2020, "Don't Stop Pretraining"): MLM on SST-2's own training
 sentences, without their labels, between pre-training and fine-tuning.
 
-    python -m benchmarks.pretraining_tapt
+    python -m benchmarks.studies.pretraining_tapt
 
 For each start, the encoder pre-trained here on WikiText (benchmarks.pretraining) and random weights of its shape,
 tokenizer and seed: continued MLM on the SST-2 train sentences (`training finetune --task fill-mask`,
-TAPT_ARGUMENTS, TAPT_EPOCHS epochs), then the product's SST-2 recipe (the sst2 row's) from that checkpoint. Set
-beside the accuracy rows sst2-pretrained-here and sst2-random-init, which skip the middle step. The MLM checkpoint
-has no pooler (BERT's pooler is trained by NSP), so the classifier's pooler starts from random weights on both
-sides. Scores are fine-tuning's own evaluation of SST-2 dev. Writes benchmarks/results/pretraining_tapt.{json,md}
-(-eN with --mlm-epochs N); finished runs are reused.
+benchmarks.pretraining's TAPT_ARGUMENTS, TAPT_EPOCHS epochs: the pass the accuracy rows -tapt fine-tune from), then
+the product's SST-2 recipe (the sst2 row's) from that checkpoint. Set beside the accuracy rows sst2-pretrained-here
+and sst2-random-init, which skip the middle step. The MLM checkpoint has no pooler (BERT's pooler is trained by NSP),
+so the classifier's pooler starts from random weights on both sides. Scores are fine-tuning's own evaluation of
+SST-2 dev. Writes benchmarks/results/pretraining_tapt.{json,md} (-eN with --mlm-epochs N); finished runs are reused.
 """
 
 from __future__ import annotations
@@ -17,81 +17,31 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import statistics
-import subprocess
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
-from benchmarks import accuracy, pretraining, pretraining_seeds
-from benchmarks.datasets import REPO_ROOT, read_sst2, shared_data_dir
-from benchmarks.derived_data import GENERATED_DATA, write_if_changed
-from benchmarks.servers import OFFLINE_ENV
+from benchmarks import accuracy
+from benchmarks.datasets import shared_data_dir
+from benchmarks.pretraining import (
+    STARTS,
+    TAPT_ARGUMENTS,
+    TAPT_EPOCHS,
+    epochs_suffix,
+    finetune,
+    mlm_folder,
+    mlm_step,
+)
+from benchmarks.studies import pretraining_seeds
 
-TAPT_EPOCHS = 1  # the -tapt rows' MLM pass; --mlm-epochs tries others
-TAPT_ARGUMENTS = (
-    "--lr", "2e-4", "--warmup-ratio", "0.06", "--max-length", "64", "--batch-size", "32", "--group-by-length",
-)  # fmt: skip
-STARTS = {"pretrained-here": (), "random-init": ("--random-init",)}
-RUNS = accuracy.RUNS / "tapt"
 DEFAULT_SEED = pretraining_seeds.DEFAULT_SEED
 RESULTS = accuracy.RESULTS.parent / "pretraining_tapt"
 
 log = logging.getLogger(__name__)
 
 
-def sst2_sentences() -> Path:
-    """SST-2 train's sentences, one a line, labels dropped: the text a task-adaptive MLM step reads."""
-    path = GENERATED_DATA / "sst2-train-sentences.txt"
-    GENERATED_DATA.mkdir(parents=True, exist_ok=True)
-    write_if_changed(path, [row.text for row in read_sst2("train")])
-    return path
-
-
-def finetune(name: str, arguments: list[str]) -> dict[str, Any]:
-    """``training finetune`` into RUNS/name unless it finished there; returns its record and best metrics."""
-    out, record_path = RUNS / name, RUNS / f"{name}.train.json"
-    if not ((out / "metrics.json").is_file() and record_path.is_file()):
-        command = [sys.executable, "-m", "training", "finetune", "--out", str(out), *arguments]
-        log.info("[%s] %s", name, " ".join(command))
-        RUNS.mkdir(parents=True, exist_ok=True)
-        started, load_start = time.time(), accuracy.load_average()
-        status = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}).returncode
-        if status != 0:
-            raise SystemExit(f"{name} failed with exit code {status}")
-        record = {"wall_s": round(time.time() - started), "load_avg": [load_start, accuracy.load_average()]}
-        record_path.write_text(json.dumps(record) + "\n")
-    record = json.loads(record_path.read_text())
-    return {**record, "best": json.loads((out / "metrics.json").read_text()).get("best") or {}}
-
-
-def epochs_suffix(epochs: int) -> str:
-    return "" if epochs == TAPT_EPOCHS else f"-e{epochs}"
-
-
 def mlm_epochs_option(epochs: int) -> str:
     return "" if epochs == TAPT_EPOCHS else f" --mlm-epochs {epochs}"
-
-
-def mlm_folder(start: str, epochs: int = TAPT_EPOCHS) -> Path:
-    return RUNS / f"mlm-{start}{epochs_suffix(epochs)}"
-
-
-def mlm_step(start: str, epochs: int = TAPT_EPOCHS) -> dict[str, Any]:
-    """The MLM pass over SST-2's sentences from ``start`` (run unless finished): its record and best metrics."""
-    _, heldout = pretraining.wikitext_files()
-    return finetune(mlm_folder(start, epochs).name, [
-        "--task", "fill-mask", "--base", str(pretraining.pretrained_here()), "--train", str(sst2_sentences()),
-        "--eval", str(heldout), "--epochs", str(epochs), *TAPT_ARGUMENTS, *STARTS[start],
-    ])  # fmt: skip
-
-
-def mlm_checkpoint(start: str) -> Path:
-    """``start``'s encoder after the MLM pass: what benchmarks.accuracy's -tapt rows fine-tune."""
-    mlm_step(start)
-    return mlm_folder(start)
 
 
 def run_start(start: str, seeds: list[int], epochs: int = TAPT_EPOCHS) -> list[dict[str, Any]]:
@@ -116,7 +66,7 @@ def run_start(start: str, seeds: list[int], epochs: int = TAPT_EPOCHS) -> list[d
 
 
 def without_tapt() -> dict[str, dict[int, float]]:
-    """SST-2 dev accuracy fine-tuned straight from each start, by seed (benchmarks.pretraining_seeds' runs)."""
+    """SST-2 dev accuracy fine-tuned straight from each start, by seed (benchmarks.studies.pretraining_seeds' runs)."""
     runs = json.loads(pretraining_seeds.RESULTS.with_suffix(".json").read_text())["runs"]
     direct: dict[str, dict[int, float]] = {}
     for run in runs:
@@ -143,7 +93,8 @@ def markdown(runs: list[dict[str, Any]], direct: dict[str, dict[int, float]], ep
     lines = [
         "# Task-adaptive pre-training: MLM on SST-2's sentences before fine-tuning",
         "",
-        f"`python -m benchmarks.pretraining_tapt{mlm_epochs_option(epochs)}` (docstring: what it runs). Continued MLM: "
+        f"`python -m benchmarks.studies.pretraining_tapt{mlm_epochs_option(epochs)}` (docstring: what it runs). "
+        "Continued MLM: "
         f"`training finetune --task fill-mask --epochs {epochs} {' '.join(TAPT_ARGUMENTS)}` on SST-2 train's 67,349 "
         "sentences without labels; "
         f"then the product's SST-2 recipe under seeds {' / '.join(str(seed) for seed in seeds)}. SST-2 dev "
@@ -175,7 +126,9 @@ def markdown(runs: list[dict[str, Any]], direct: dict[str, dict[int, float]], ep
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.pretraining_tapt", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.studies.pretraining_tapt", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--start", action="append", choices=list(STARTS), help="starts (default: both)")
     parser.add_argument("--seed", type=int, action="append", help=f"fine-tuning seeds (default: {DEFAULT_SEED})")
     parser.add_argument("--mlm-epochs", type=int, default=TAPT_EPOCHS, help="passes of the MLM step (results -eN)")

@@ -5,7 +5,7 @@ wins is reproduced on CPU by its command line alone; on a GPU the sweep takes mi
 Runs go side by side (``--parallel``), each logging to ``OUT/NAME/train.log``; ``OUT/sweep.json`` gathers
 every run's best metric, epoch, wall time and command.
 
-    python -m benchmarks.recipe_sweep --base BASE_DIR --data ../shared/data --out runs/sweep --only sst2
+    python -m benchmarks.studies.recipe_sweep --base BASE_DIR --data ../shared/data --out runs/sweep --only sst2
 """
 
 from __future__ import annotations

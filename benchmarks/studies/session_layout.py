@@ -1,6 +1,6 @@
 """Raw ORT with the cores split several ways: sessions, intra-op threads per session, and callers.
 
-``python -m benchmarks.session_layout BUNDLE [--task sst2] [--batch 8,16]`` tokenizes the task's evaluation
+``python -m benchmarks.studies.session_layout BUNDLE [--task sst2] [--batch 8,16]`` tokenizes the task's evaluation
 inputs once, sorts them by length, and runs every batch through each layout: N callers (threads; onnxruntime
 releases the GIL while it runs) take alternate batches, each on its session, which may be one session shared by
 all (as the service's workers share one). Logs sequences/s per layout and batch size, then the median batch-1
@@ -60,7 +60,7 @@ def batch1_ms(session: ort.InferenceSession, batches: list[PaddedRows], runs: in
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.session_layout", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.session_layout", description=__doc__)
     parser.add_argument("bundle", type=Path)
     parser.add_argument("--task", default="sst2", choices=["conll", "squad", "sst2"])
     parser.add_argument("--batch", default="8,16", help="batch sizes, comma-separated")

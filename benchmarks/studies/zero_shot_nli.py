@@ -1,4 +1,5 @@
-"""``python -m benchmarks.zero_shot_nli``: a zero-shot (NLI) model from what the shared data allows, then its report.
+"""``python -m benchmarks.studies.zero_shot_nli``: a zero-shot (NLI) model from what the shared data allows, then its
+report.
 
 RTE alone (2,490 pairs) does not teach this encoder entailment (RTE dev 53.8 %, zero-shot SST-2 53.3 %). As
 zero-shot NLI papers do, templated entailment pairs are added from the training splits of the other datasets:
@@ -11,7 +12,7 @@ zero-shot NLI papers do, templated entailment pairs are added from the training 
 
 The topic test (labels geography, history, law, science, sports, technology on unseen paragraphs) stays zero-shot:
 no topic label is a hypothesis in training. Trains with ``python -m training finetune`` (RTE dev as its eval),
-then runs ``benchmarks.zero_shot_report`` on the checkpoint, which writes results/zero_shot.{json,md}.
+then runs ``benchmarks.studies.zero_shot_report`` on the checkpoint, which writes results/zero_shot.{json,md}.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ import subprocess
 import sys
 import time
 
-from benchmarks import datasets, zero_shot_report
+from benchmarks import datasets
 from benchmarks.datasets import REPO_ROOT
 from benchmarks.servers import OFFLINE_ENV
+from benchmarks.studies import zero_shot_report
 
 log = logging.getLogger("zero_shot_nli")
 RUNS = REPO_ROOT / "runs" / "zero_shot"
@@ -147,7 +149,9 @@ def train() -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.zero_shot_nli", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.studies.zero_shot_nli", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--limit", type=int, default=None, help="only the first N SST-2 sentences / rerank queries")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

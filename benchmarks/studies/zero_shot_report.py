@@ -1,4 +1,4 @@
-"""``python -m benchmarks.zero_shot_report``: an NLI checkpoint served as zero-shot classifier and as reranker.
+"""``python -m benchmarks.studies.zero_shot_report``: an NLI checkpoint served as zero-shot classifier and as reranker.
 
 The RTE fine-tune of all-MiniLM-L6-v2 (``python -m benchmarks.accuracy --task rte`` writes it to runs/accuracy/rte)
 is exported twice with model_export (``--task zero-shot-classification`` and ``--task rerank``), served by one
@@ -39,7 +39,7 @@ from benchmarks.loads import RERANK_DOCUMENTS, RERANK_MAX_LENGTH, RerankGroup, f
 from benchmarks.models import BUNDLES_DIR, RUNS_DIR, relevance_checkpoint
 
 log = logging.getLogger("zero_shot_report")
-RESULTS_DIR = Path(__file__).with_name("results")
+RESULTS_DIR = Path(__file__).parents[1] / "results"  # benchmarks/results
 LOGS_DIR = REPO_ROOT / "benchmarks" / "scratch" / "logs"
 DEFAULT_CHECKPOINT = REPO_ROOT / "runs" / "accuracy" / "rte"
 REQUEST_INPUTS = 16
@@ -199,7 +199,7 @@ def checkpoint_facts(checkpoint: Path) -> dict[str, Any]:
         return {"checkpoint": checkpoint.name}
     metrics = json.loads(metrics_path.read_text())
     best = metrics.get("best", {})
-    record = checkpoint.parent / f"{checkpoint.name}.train.json"  # benchmarks.zero_shot_nli's training record
+    record = checkpoint.parent / f"{checkpoint.name}.train.json"  # benchmarks.studies.zero_shot_nli's training record
     pairs = json.loads(record.read_text()).get("pairs") if record.is_file() else None
     return {
         "checkpoint": checkpoint.name,
@@ -241,8 +241,8 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
         about = (
             "Model: all-MiniLM-L6-v2 fine-tuned on "
             + ", ".join(f"{count:,} {name} pairs" for name, count in pairs.items())
-            + f" (`python -m benchmarks.zero_shot_nli`, whose docstring says how the pairs are made); its RTE dev "
-            f"accuracy is {model.get('rte_dev_accuracy')} %. SST-2 sentences were in training (with sentiment "
+            + " (`python -m benchmarks.studies.zero_shot_nli`, whose docstring says how the pairs are made); its RTE "
+            f"dev accuracy is {model.get('rte_dev_accuracy')} %. SST-2 sentences were in training (with sentiment "
             "hypotheses), so the SST-2 row is in-task transfer; the topic row is zero-shot: no topic label was a "
             "hypothesis in training and none of its paragraphs was a premise (later paragraphs of the same articles "
             "were, with their titles as hypotheses)."
@@ -290,7 +290,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.zero_shot_report", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.zero_shot_report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT, help="NLI (RTE) checkpoint folder")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where zero_shot.{json,md} go")
@@ -309,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.checkpoint} is not a checkpoint: run python -m benchmarks.accuracy --task rte", file=sys.stderr)
         return 2
     results: dict[str, Any] = {
-        "command": " ".join(["python -m benchmarks.zero_shot_report", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(
+            ["python -m benchmarks.studies.zero_shot_report", *(sys.argv[1:] if argv is None else argv)]
+        ),
         "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "load_average_start": [round(value, 1) for value in os.getloadavg()],
         "model": checkpoint_facts(args.checkpoint),

@@ -39,7 +39,7 @@ def test_differences_pair_each_variant_fp32_only() -> None:
 
 
 def test_seed_summary_pairs_runs_by_seed() -> None:
-    from benchmarks.pretraining_seeds import seeded, summary
+    from benchmarks.studies.pretraining_seeds import seeded, summary
 
     runs = [
         {"row": "sst2-pretrained-here", "seed": 42, "accuracy": 80.0},

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.pretraining_sweep import BATCH, CONFIGURATIONS, PAIRS_PER_DRAW, Pretraining, summary
+from benchmarks.studies.pretraining_sweep import BATCH, CONFIGURATIONS, PAIRS_PER_DRAW, Pretraining, summary
 
 Accuracies = dict[int, float | None]
 

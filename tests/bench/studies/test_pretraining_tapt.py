@@ -1,10 +1,12 @@
-"""benchmarks.pretraining_tapt's report: each start beside its direct fine-tunes, by seed, against random weights."""
+"""benchmarks.studies.pretraining_tapt's report: each start beside its direct fine-tunes, by seed, against random
+weights."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import accuracy, pretraining_tapt
+from benchmarks import accuracy
+from benchmarks.studies import pretraining_tapt
 
 DIRECT = {"pretrained-here": {42: 80.05, 1: 79.24, 2: 79.47}, "random-init": {42: 77.75, 1: 78.44, 2: 78.90}}
 

@@ -1,4 +1,4 @@
-"""benchmarks.zero_shot_nli: the templated entailment pairs, built from a small data folder written here."""
+"""benchmarks.studies.zero_shot_nli: the templated entailment pairs, built from a small data folder written here."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import zero_shot_nli, zero_shot_report
 from benchmarks.datasets import DATA_DIR_ENV
+from benchmarks.studies import zero_shot_nli, zero_shot_report
 
 
 @pytest.fixture
