@@ -71,6 +71,7 @@ from model_export.int8_checks import (
 )
 from model_export.memory import describe_peak, release_memory
 from model_export.onnx_files import external_data_file, save_single_file
+from model_export.options import DEFAULTS
 from model_export.progress import Progress
 from model_export.task_eval import EvalModel, measure_int8_loss, metric_name, read_eval_rows, row_windows
 from model_export.torch_export import (
@@ -174,25 +175,27 @@ def calibrate_int8(
 def export_bundle(
     checkpoint_dir: str | Path,
     out_dir: str | Path,
-    task: str = "auto",
-    optimize: bool = True,
-    quantize: str = "none",
-    max_length: int | None = None,
-    opset: int = 17,
-    atol: float | None = None,
-    precision: str = "fp32",
-    rtol: float | None = None,
-    pooling: str = "auto",
-    normalize: bool | None = None,
-    eval_data: str | Path | None = None,
-    max_loss: float | None = None,
-    int8_fp32_ffn_layers: int = 0,
-    int8_fp32_attention: bool = False,
-    token_embeddings: bool = False,
-    request_defaults: dict[str, Any] | None = None,
-    int8_calibration: str | Path | None = None,
+    task: str = DEFAULTS.task,
+    optimize: bool = DEFAULTS.optimize,
+    quantize: str = DEFAULTS.quantize,
+    max_length: int | None = DEFAULTS.max_length,
+    opset: int = DEFAULTS.opset,
+    atol: float | None = DEFAULTS.atol,
+    precision: str = DEFAULTS.precision,
+    rtol: float | None = DEFAULTS.rtol,
+    pooling: str = DEFAULTS.pooling,
+    normalize: bool | None = DEFAULTS.normalize,
+    eval_data: str | Path | None = DEFAULTS.eval_data,
+    max_loss: float | None = DEFAULTS.max_loss,
+    int8_fp32_ffn_layers: int = DEFAULTS.int8_fp32_ffn_layers,
+    int8_fp32_attention: bool = DEFAULTS.int8_fp32_attention,
+    token_embeddings: bool = DEFAULTS.token_embeddings,
+    request_defaults: dict[str, Any] | None = DEFAULTS.request_defaults,
+    int8_calibration: str | Path | None = DEFAULTS.int8_calibration,
 ) -> Bundle:
     """Export a checkpoint folder into a validated bundle at out_dir; ExportError (ParityError) on any failure.
+
+    Every parameter after out_dir is an ``ExportOptions`` field (model_export/options.py: default and help).
 
     ``pooling`` / ``normalize`` (feature-extraction only): how the graph turns token states into its
     ``sentence_embedding``; "auto" / None read the checkpoint's sentence-transformers files (modules.json), else
