@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from service.api.protocol import Decoded, Incoming, InferenceRoute, Protocol, Reply, json_reply
@@ -36,6 +35,7 @@ from service.schemas import (
     ZeroShotClassificationRequest,
 )
 from service.schemas.common import TaskRequest
+from service.schemas.sentence_similarity import ParameterizedSimilarityRequest
 from service.schemas.v2 import inline_json_schema
 
 EMBEDDINGS = "feature-extraction"
@@ -90,11 +90,8 @@ def task_fields(body: dict[str, Any], task: str) -> tuple[dict[str, Any], bool]:
     inputs = body.get("inputs")
     extra = {key: value for key, value in body.items() if key not in ("inputs", "parameters", "options")}
     if task == EMBEDDINGS:
-        if isinstance(inputs, dict) and set(inputs) == {"source_sentence", "sentences"}:
-            sentences = inputs["sentences"]
-            if not isinstance(sentences, list):
-                raise BadRequest("inputs.sentences must be a list of texts")
-            return {"inputs": [inputs["source_sentence"], *sentences], "normalize": True}, True
+        if isinstance(inputs, dict) and "source_sentence" in inputs:
+            return {"inputs": inputs, "parameters": body.get("parameters"), **extra}, True
         return {"inputs": inputs, **parameters, **extra}, False
     if extra:
         raise InvalidRequest(f"unknown fields {sorted(extra)}: the task's options go in parameters")
@@ -116,6 +113,8 @@ def decode_hf(incoming: Incoming, registry: ModelRegistry) -> Decoded:
     if model is None:
         raise BadRequest(f"model {engine.name!r} serves {engine.task}, which the HF Inference API routes do not speak")
     fields, similarity = task_fields(body, engine.task)
+    if similarity:
+        model = ParameterizedSimilarityRequest
     try:
         request = model.model_validate({**fields, "model": engine.name})
     except ValidationError as exc:
@@ -136,11 +135,10 @@ def one_answer(task: str, request: TaskRequest, result: Any) -> Any:
 def hf_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     call: HfCall = decoded.context
     if call.task == EMBEDDINGS:
-        vectors = [item.vector for item in result.results]
         if call.similarity:
-            matrix = np.asarray(vectors, dtype=np.float32)
-            return json_reply((matrix[1:] @ matrix[0]).tolist())
-        return json_reply(vectors)
+            assert isinstance(decoded.request, ParameterizedSimilarityRequest)
+            return json_reply(decoded.request.similarities(result.results)[0])
+        return json_reply([item.vector for item in result.results])
     answers = [one_answer(call.task, decoded.request, item) for item in result.results]
     if call.task == "text-classification":
         return json_reply(answers)  # a list per input also for one text: what the client reads

@@ -16,6 +16,8 @@ OPERATION_IDS: dict[str, str] = {  # the route's name (its function's, or Infere
     "token_classification": "tokenClassification",
     "fill_mask": "fillMask",
     "zero_shot_classification": "zeroShotClassification",
+    "sentence_similarity": "sentenceSimilarity",
+    "similarity": "similarity",
     "rerank": "rerank",
     "tei_rerank": "teiRerank",
     "rerank_v2": "rerankV2",

@@ -26,6 +26,7 @@ from service.schemas.embeddings import (
     TeiEmbedSparseRequest,
     TeiEmbedSparseResponse,
 )
+from service.schemas.sentence_similarity import ParameterizedSimilarityRequest
 from service.schemas.tei import (
     SimpleToken,
     TeiDecodeRequest,
@@ -124,9 +125,24 @@ async def info(request: Request, registry: RegistryDep, settings: SettingsDep, m
     )
 
 
+def similarity_answer(decoded: Decoded, result: InferenceResult) -> Reply:
+    assert isinstance(decoded.request, ParameterizedSimilarityRequest)
+    return json_reply(decoded.request.similarities(result.results)[0])
+
+
 PROTOCOL = Protocol(
     "tei",
     (
+        InferenceRoute(
+            "/similarity",
+            "similarity",
+            "The cosine of a source sentence with each of a list (text-embeddings-inference's `/similarity`), with a\n"
+            "feature-extraction model.",
+            "tei",
+            list[float],
+            similarity_answer,
+            body=ParameterizedSimilarityRequest,
+        ),
         InferenceRoute(
             "/embed",
             "embed",

@@ -16,10 +16,20 @@ from service.schemas import (
     ZeroShotClassificationRequest,
     ZeroShotClassificationResponse,
 )
+from service.schemas.sentence_similarity import (
+    SentenceSimilarityRequest,
+    SentenceSimilarityResponse,
+    SimilarityRequest,
+)
 
 
 def task_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     return json_reply({"model": result.model, "results": result.results})
+
+
+def similarity_answer(decoded: Decoded, result: InferenceResult) -> Reply:
+    assert isinstance(decoded.request, SimilarityRequest)
+    return json_reply({"model": result.model, "results": decoded.request.similarities(result.results)})
 
 
 PROTOCOL = Protocol(
@@ -69,6 +79,16 @@ PROTOCOL = Protocol(
             ZeroShotClassificationResponse,
             task_answer,
             body=ZeroShotClassificationRequest,
+        ),
+        InferenceRoute(
+            "/v1/sentence-similarity",
+            "sentence_similarity",
+            "The cosine of a source sentence with each of a list, with an embeddings model (sentence-transformers'\n"
+            "`similarity`).",
+            "sentence-similarity",
+            SentenceSimilarityResponse,
+            similarity_answer,
+            body=SentenceSimilarityRequest,
         ),
     ),
 )

@@ -57,6 +57,11 @@ VALID: dict[str, tuple[str, dict[str, Any]]] = {  # route template -> (a path of
     "/rerank": ("/rerank", {"query": "where?", "texts": ["in paris", "a film"]}),
     "/v1/embeddings": ("/v1/embeddings", {"input": "hello world"}),
     "/embed": ("/embed", {"inputs": "hello world"}),
+    "/similarity": ("/similarity", {"inputs": {"source_sentence": "hello world", "sentences": ["hi", "a film"]}}),
+    "/v1/sentence-similarity": (
+        "/v1/sentence-similarity",
+        {"inputs": {"source_sentence": "hello world", "sentences": ["hi", "a film"]}},
+    ),
     "/embed_sparse": ("/embed_sparse", {"inputs": "hello world"}),
     "/embed_all": ("/embed_all", {"inputs": "hello world"}),
     "/predict": ("/predict", {"model": "text-classification", "inputs": ["a fine film", "a dull one"]}),
