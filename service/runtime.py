@@ -94,6 +94,7 @@ class OrtRunner:
         device: Device = CPU,
     ) -> None:
         self.device = device
+        self._bound = device.is_cuda  # read per batch: a plain attribute
         if device.is_cuda:
             self.session = ort_session(model_path, threads=intra_op_threads, spin=spin, providers=device.providers())
             check_session_device(self.session, device)
@@ -112,7 +113,7 @@ class OrtRunner:
 
     def run(self, batch: PaddedRows) -> dict[str, np.ndarray]:
         feeds = batch.feeds
-        if self.device.is_cuda:
+        if self._bound:
             return self._run_bound(feeds)
         ids = feeds["input_ids"]
         options = self._shrink if ids.shape[0] * ids.shape[1] >= SHRINK_ARENA_TOKENS else None
