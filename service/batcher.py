@@ -164,6 +164,10 @@ class Batcher:
             request.timer = loop.call_later(timeout_s, _expire, request, timeout_s)
         return request
 
+    def seconds_ahead(self) -> float:
+        """Model time of the rows queued now, spread over the parallel runs (0 until a rate is measured)."""
+        return self._queued_tokens * (self._seconds_per_token or 0.0) / self.parallel_runs
+
     def estimate_seconds(self, tokens: int, rows: int) -> float | None:
         """Model time for ``rows`` rows of ``tokens`` tokens in all, spread over the parallel runs (None: not
         measured)."""

@@ -27,6 +27,7 @@ from contract.tasks import task_spec
 from service.batcher import Batcher, BatchPolicy
 from service.device import CPU, Device, DeviceUnavailable, resolve_device
 from service.errors import BadRequest, NotReady, PayloadTooLarge, RequestTimeout
+from service.prepare_stage import input_chars, input_texts, ledger_of, run_admitted, seed_rate
 from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
 from service.settings import EMBEDDING_TASK, Settings
 from service.supervision import WorkerPool
@@ -106,26 +107,6 @@ def load_context(bundle: Bundle, settings: Settings | None = None) -> ModelConte
     )
 
 
-def input_texts(inputs: list[Any]) -> list[str]:
-    """The text of a request's inputs (str, tuples of str, or dataclasses of str fields)."""
-    texts: list[str] = []
-    for item in inputs:
-        if isinstance(item, str):
-            texts.append(item)
-        elif isinstance(item, tuple):
-            texts.extend(part for part in item if isinstance(part, str))
-        else:
-            texts.extend(value for value in getattr(item, "__dict__", {}).values() if isinstance(value, str))
-            fields = (getattr(item, name) for name in getattr(item, "__slots__", ()))
-            texts.extend(value for value in fields if isinstance(value, str))
-    return texts
-
-
-def input_chars(inputs: list[Any]) -> int:
-    """Characters of text in a request's inputs."""
-    return sum(len(text) for text in input_texts(inputs))
-
-
 # fill-mask's logits are (B, T, vocab) float32: 4096 tokens x 30522 words would be 500 MB per batch.
 MAX_TOKEN_OUTPUT_BYTES = 256 << 20
 
@@ -185,6 +166,7 @@ class Engine:
         )
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix=f"prepare-{name}")
+        self._ledger = ledger_of(self._executor, settings.prepare_threads)
         self._started = False
         self._warmed_up = False
         self._stopping = False
@@ -292,6 +274,7 @@ class Engine:
             ids = np.array([ctx.cls_token_id] + [ctx.mask_token_id] * 6 + [ctx.sep_token_id], dtype=np.int64)
             await self.batcher.run([ModelRow(ids, np.zeros_like(ids))], self.settings.timeout_s)
             await self.batcher.run(self._rate_probe(), self.settings.timeout_s)
+            await asyncio.get_running_loop().run_in_executor(self._executor, seed_rate, self._ledger, ctx.tokenizer)
             self._warmed_up = True
             logger.info("model %s (%s) warmed up in %.3f s", self.name, self.task, time.perf_counter() - started)
 
@@ -320,12 +303,10 @@ class Engine:
         if self._stopping or not self._started:
             raise NotReady(f"model {self.name} is not accepting requests")
         deadline = time.perf_counter() + self.settings.timeout_s
-        loop = asyncio.get_running_loop()
         try:
-            if input_chars(inputs) <= self.settings.prepare_inline_chars:
-                prepared: list[Prepared] = self._prepare(inputs, params)
-            else:
-                prepared = await loop.run_in_executor(self._executor, self._prepare, inputs, params)
+            prepared: list[Prepared] = await self._off_the_loop(
+                input_chars(inputs), functools.partial(self._prepare, inputs, params)
+            )
         except InputError as exc:
             raise BadRequest(str(exc)) from exc
         sequences = [seq for item in prepared for seq in item.sequences]
@@ -358,11 +339,13 @@ class Engine:
         check_token_cap(self.context.tokenizer, texts, self.settings.max_tokens_for(self.task), setting)
 
     async def _off_the_loop(self, size: int, work: Callable[[], T]) -> T:
-        """``work()`` inline when ``size`` (characters or ids) is small, else on the prepare threads: a long
-        tokenization never holds the event loop."""
+        """``work()`` inline when ``size`` (characters or ids) is small, else on the prepare threads once their
+        ledger admits it (service/prepare_stage.py): a long tokenization never holds the event loop, and one that
+        would wait past its deadline is refused before it starts."""
         if size <= self.settings.prepare_inline_chars:
             return work()
-        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+        ahead = self.batcher.seconds_ahead()
+        return await run_admitted(self._executor, self._ledger, size, work, ahead, self.settings.timeout_s)
 
     async def tokenize(self, texts: list[str], add_special_tokens: bool = True) -> list[Encoding]:
         """The model's tokens of each text (TEI's /tokenize), through the request token cap, off the event loop."""

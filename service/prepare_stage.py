@@ -1,0 +1,170 @@
+"""The tokenizing stage's admission: a long request is weighed before any of it is tokenized.
+
+Requests with more than ``prepare_inline_chars`` characters are tokenized on the prepare threads, which every model
+of the process shares; tokenizing long inputs is itself the bottleneck under a flood. So before such a request goes
+there, its characters (a cheap bound on its work) are weighed against the characters already waiting there and the
+model work already queued, at measured rates, with the batcher's rule: what would not end within ``ADMIT_WITHIN`` of
+the deadline is refused at once, 429 with ``Retry-After`` (413 when it alone could not), instead of waiting out its
+deadline behind others' tokenizing (504).
+
+The rate, seconds per character of one prepare thread, is an average of what the stage measured, seeded at start-up
+from one timed tokenization with the model's own tokenizer (``seed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from tokenizers import Tokenizer
+
+from service.batcher import ADMIT_WITHIN, RATE_SMOOTHING
+from service.errors import Overloaded, PayloadTooLarge
+from service.token_cap import count_tokens_up_to
+
+T = TypeVar("T")
+
+
+def input_texts(inputs: list[Any]) -> list[str]:
+    """The text of a request's inputs (str, tuples of str, or dataclasses of str fields)."""
+    texts: list[str] = []
+    for item in inputs:
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, tuple):
+            texts.extend(part for part in item if isinstance(part, str))
+        else:
+            texts.extend(value for value in getattr(item, "__dict__", {}).values() if isinstance(value, str))
+            fields = (getattr(item, name) for name in getattr(item, "__slots__", ()))
+            texts.extend(value for value in fields if isinstance(value, str))
+    return texts
+
+
+def input_chars(inputs: list[Any]) -> int:
+    """Characters of text in a request's inputs."""
+    return sum(len(text) for text in input_texts(inputs))
+
+
+SEED_MARGIN = 2.0
+
+
+class PrepareLedger:
+    """Characters waiting for or being tokenized on one pool of prepare threads, and the measured rate."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = max(1, threads)
+        self._lock = threading.Lock()
+        self.pending_chars = 0
+        self.seconds_per_char: float | None = None
+        self.measured = 0  # tokenizations timed by the stage itself
+        self.refused = 0
+
+    def seed(self, chars: int, seconds: float) -> None:
+        """A first measurement (one tokenization at start-up), kept only until the stage has measured its own;
+        doubled, since a first burst is admitted on it alone and tasks' tokenizing does more (windows, offsets)."""
+        with self._lock:
+            if self.seconds_per_char is None and chars > 0:
+                self.seconds_per_char = SEED_MARGIN * seconds / chars
+
+    def admit(self, chars: int, model_seconds_ahead: float, timeout_s: float) -> None:
+        """Count ``chars`` in, or raise Overloaded (429) / PayloadTooLarge (413) without counting them. The request's
+        own model work is left to the batcher, which weighs its exact tokens once they exist."""
+        with self._lock:
+            per_char = self.seconds_per_char
+            if per_char is not None:
+                own, budget = chars * per_char, ADMIT_WITHIN * timeout_s
+                if own > budget:
+                    self.refused += 1
+                    raise PayloadTooLarge(
+                        f"the request's {chars} characters need about {own:.1f} s to tokenize, more than the "
+                        f"{budget:.3g} s it may take of its {timeout_s:.3g} s deadline: send shorter inputs"
+                    )
+                # one thread's rate, not the pool's: tokenizing holds the GIL for part of its time, so the threads
+                # do not add up (measured: two threads drained a flood no faster than one)
+                ahead = self.pending_chars * per_char + model_seconds_ahead
+                # until the stage has timed its own work, a seeded rate only admits one request per thread: a first
+                # burst is decided before any of it ends, and a seed can be off several times for a task's inputs
+                calibrating = self.measured < self.threads and self.pending_chars > 0
+                if calibrating or ahead + own > budget:
+                    self.refused += 1
+                    raise Overloaded(
+                        f"about {ahead:.1f} s of tokenizing and model work is waiting; this request would not end "
+                        f"within its {timeout_s:.3g} s deadline",
+                        retry_after_s=max(1, math.ceil(ahead + own - budget)),
+                    )
+            self.pending_chars += chars
+
+    def done(self, chars: int, seconds: float | None) -> None:
+        """``chars`` left the stage after ``seconds`` of tokenizing (None: it never ran)."""
+        with self._lock:
+            self.pending_chars = max(0, self.pending_chars - chars)
+            if seconds is not None and chars > 0:
+                self.measured += 1
+                measured, known = seconds / chars, self.seconds_per_char
+                self.seconds_per_char = measured if known is None else (
+                    (1 - RATE_SMOOTHING) * known + RATE_SMOOTHING * measured
+                )
+
+
+_LEDGERS: weakref.WeakKeyDictionary[ThreadPoolExecutor, PrepareLedger] = weakref.WeakKeyDictionary()
+_LEDGERS_LOCK = threading.Lock()
+
+
+def ledger_of(executor: ThreadPoolExecutor, threads: int) -> PrepareLedger:
+    """The ledger of a pool of prepare threads: one per pool, however many models share it."""
+    with _LEDGERS_LOCK:
+        ledger = _LEDGERS.get(executor)
+        if ledger is None:
+            ledger = _LEDGERS[executor] = PrepareLedger(threads)
+        return ledger
+
+
+async def run_admitted(
+    executor: ThreadPoolExecutor,
+    ledger: PrepareLedger,
+    chars: int,
+    work: Callable[[], T],
+    model_seconds_ahead: float,
+    timeout_s: float,
+) -> T:
+    """``work()`` on the prepare threads once the ledger admits its ``chars``; they leave the ledger when it ends, or
+    at once when it is cancelled before it starts (its client went away)."""
+    ledger.admit(chars, model_seconds_ahead, timeout_s)
+
+    def measured() -> T:
+        started = time.perf_counter()
+        try:
+            return work()
+        finally:
+            ledger.done(chars, time.perf_counter() - started)
+
+    try:
+        future = executor.submit(measured)
+    except RuntimeError:  # the pool was shut down (the service is stopping)
+        ledger.done(chars, None)
+        raise
+    future.add_done_callback(lambda done: ledger.done(chars, None) if done.cancelled() else None)
+    return await asyncio.wrap_future(future)
+
+
+SEED_WORDS = 1500
+
+
+def seed_rate(ledger: PrepareLedger, tokenizer: Tokenizer) -> None:
+    """Seed the ledger's rate with one timed tokenization of ~10 KB of the vocabulary's own words, done as a long
+    request is (the token cap's count, then the encoding)."""
+    vocabulary = sorted(word for word in tokenizer.get_vocab() if word.isalpha() and word.islower())
+    if not vocabulary:
+        return
+    text = " ".join(vocabulary[(k * 7919) % len(vocabulary)] for k in range(SEED_WORDS))
+    tokenizer.encode("warm up")
+    started = time.perf_counter()
+    count_tokens_up_to(tokenizer, [text], 2**31)
+    tokenizer.encode(text)
+    ledger.seed(len(text), time.perf_counter() - started)

@@ -1,0 +1,93 @@
+"""The tokenizing stage is admitted by cost: a flood of long inputs past a tiny model's tokenizing capacity, with a
+short deadline, is answered 200, 429 (with Retry-After) or 413, never 504 after waiting out the deadline."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from service.errors import Overloaded, PayloadTooLarge
+from service.prepare_stage import PrepareLedger, ledger_of, run_admitted
+from service.settings import Settings
+from tests.service.apptools import free_port, real_server
+from tests.service.tiny_models import TinyModel
+
+CONTEXT = "john smith lives in paris with his family and works for the bank by the river. " * 500  # ~40 KB
+
+
+def test_a_flood_of_long_contexts_gets_no_504(tiny_models: dict[str, TinyModel]) -> None:
+    port = free_port()
+    settings = Settings(
+        models=[f"qa={tiny_models['question-answering'].bundle}"], port=port, intra_op_threads=1, tune=False,
+        timeout_s=1.0, max_concurrent_requests=512,
+    )  # fmt: skip
+    body = {"inputs": {"question": "where does john live?", "context": CONTEXT}}
+
+    async def flood(url: str) -> tuple[Counter[int], list[str]]:
+        limits = httpx.Limits(max_connections=120, max_keepalive_connections=120)
+        async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+            answers = await asyncio.gather(*(client.post("/v1/question-answering", json=body) for _ in range(120)))
+        retry_after = [answer.headers.get("retry-after", "") for answer in answers if answer.status_code == 429]
+        return Counter(answer.status_code for answer in answers), retry_after
+
+    with real_server(settings) as url:
+        statuses, retry_after = asyncio.run(flood(url))
+    assert set(statuses) <= {200, 429, 413}, statuses
+    assert statuses[429] > 0 and statuses[200] > 0, statuses  # the stage was full, and it kept serving
+    assert all(value.isdigit() and int(value) >= 1 for value in retry_after)
+
+
+def test_the_ledger_refuses_what_would_wait_past_the_deadline_and_what_alone_cannot_fit() -> None:
+    ledger = PrepareLedger(threads=2)
+    ledger.admit(10**9, 0.0, 1.0)  # no rate measured yet: nothing is refused
+    ledger.done(10**9, None)
+    ledger.seed(2_000_000, 1.0)  # 0.5 us per character, doubled for the first burst: 1 us
+    ledger.admit(1, 0.0, 1.0)
+    with pytest.raises(Overloaded):
+        ledger.admit(1, 0.0, 1.0)  # seeded only: one request per thread until the stage has timed its own work
+    ledger.done(1, 1e-6)
+    ledger.admit(1, 0.0, 1.0)
+    ledger.done(1, 1e-6)
+    ledger.done(1, 1e-6)
+    assert ledger.measured == 3 and ledger.seconds_per_char == pytest.approx(1e-6)
+    ledger.admit(300_000, 0.0, 1.0)  # 0.3 s of its own, within 40 % of 1 s
+    ledger.admit(50_000, 0.0, 1.0)  # 0.3 s waiting (one thread's rate, not two) + 0.05 s: 0.35 s
+    with pytest.raises(Overloaded) as waited:
+        ledger.admit(100_000, 0.0, 1.0)  # 0.35 s waiting + 0.1 s
+    assert waited.value.retry_after_s == 1 and ledger.pending_chars == 350_000
+    ledger.done(50_000, None)
+    with pytest.raises(Overloaded):
+        ledger.admit(1_000, 0.4, 1.0)  # the model's queue alone fills the budget
+    with pytest.raises(PayloadTooLarge):
+        ledger.admit(500_000, 0.0, 1.0)  # 0.5 s alone
+    ledger.done(300_000, 0.6)  # measured 2 us per character: the rate moves toward it
+    assert ledger.pending_chars == 0 and 1e-6 < (ledger.seconds_per_char or 0) < 2e-6
+
+
+def test_work_cancelled_before_it_starts_leaves_the_ledger() -> None:
+    executor = ThreadPoolExecutor(1)
+    ledger = ledger_of(executor, 1)
+    assert ledger_of(executor, 1) is ledger
+
+    async def main() -> None:
+        gate = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        blocker = asyncio.ensure_future(run_admitted(executor, ledger, 10, lambda: asyncio.run_coroutine_threadsafe(
+            gate.wait(), loop).result(), 0.0, 30.0))  # fmt: skip
+        await asyncio.sleep(0.05)
+        waiting = asyncio.ensure_future(run_admitted(executor, ledger, 5, lambda: "done", 0.0, 30.0))
+        await asyncio.sleep(0.05)
+        assert ledger.pending_chars == 15
+        waiting.cancel()
+        await asyncio.sleep(0.05)
+        assert ledger.pending_chars == 10
+        gate.set()
+        await blocker
+        assert ledger.pending_chars == 0
+
+    asyncio.run(main())
+    executor.shutdown()
