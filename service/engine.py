@@ -27,7 +27,8 @@ from contract.tasks import task_spec
 from service.batcher import Batcher, BatchPolicy
 from service.device import CPU, Device, DeviceUnavailable, resolve_device
 from service.errors import BadRequest, NotReady, PayloadTooLarge, RequestTimeout
-from service.prepare_stage import input_chars, input_texts, ledger_of, run_admitted, seed_rate
+from service.prepare_stage import Stage, admitted, input_chars, input_texts, ledger_of, run_admitted, seed_rate
+from service.queued_rows import RowOutputs
 from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
 from service.settings import EMBEDDING_TASK, Settings
 from service.supervision import WorkerPool
@@ -299,14 +300,22 @@ class Engine:
         return dataclasses.replace(params, **chosen) if chosen else params  # type: ignore[type-var]
 
     async def infer(self, inputs: list[Any], params: Any) -> list[Any]:
-        """One request: prepare (inline when short, else thread pool) -> batcher -> postprocess; a result per input."""
+        """One request: prepare -> batcher -> postprocess; a result per input. A short request is prepared and
+        post-processed on the event loop (a thread hop costs more); a long one on the prepare threads, once their
+        ledger admits it (service/prepare_stage.py), so neither its tokenizing nor its decoding holds the loop."""
         if self._stopping or not self._started:
             raise NotReady(f"model {self.name} is not accepting requests")
         deadline = time.perf_counter() + self.settings.timeout_s
+        chars = input_chars(inputs)
+        if chars <= self.settings.prepare_inline_chars:
+            return await self._infer(inputs, params, deadline, None)
+        async with admitted(self._ledger, chars, self.batcher.seconds_ahead(), self.settings.timeout_s) as stage:
+            return await self._infer(inputs, params, deadline, stage)
+
+    async def _infer(self, inputs: list[Any], params: Any, deadline: float, stage: Stage | None) -> list[Any]:
         try:
-            prepared: list[Prepared] = await self._off_the_loop(
-                input_chars(inputs), functools.partial(self._prepare, inputs, params)
-            )
+            prepare = functools.partial(self._prepare, inputs, params)
+            prepared = prepare() if stage is None else await stage.run(self._executor, prepare)
         except InputError as exc:
             raise BadRequest(str(exc)) from exc
         sequences = [seq for item in prepared for seq in item.sequences]
@@ -318,15 +327,19 @@ class Engine:
             rows = await self.batcher.run(sequences, remaining)
         except RequestTimeout:
             raise RequestTimeout(f"request timed out after {self.settings.timeout_s:g} s") from None
-        results: list[Any] = []
-        offset = 0
         try:
-            for item in prepared:
-                count = len(item.sequences)
-                results.append(self.handler.postprocess(self.context, item, rows[offset : offset + count], params))
-                offset += count
+            decode = functools.partial(self._postprocess, prepared, rows, params)
+            return decode() if stage is None else await stage.run(self._executor, decode)
         except InputError as exc:
             raise BadRequest(str(exc)) from exc
+
+    def _postprocess(self, prepared: list[Prepared], rows: list[RowOutputs], params: Any) -> list[Any]:
+        results: list[Any] = []
+        offset = 0
+        for item in prepared:
+            count = len(item.sequences)
+            results.append(self.handler.postprocess(self.context, item, rows[offset : offset + count], params))
+            offset += count
         return results
 
     def _prepare(self, inputs: list[Any], params: Any) -> list[Prepared]:

@@ -14,11 +14,12 @@ from one timed tokenization with the model's own tokenizer (``seed``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -151,6 +152,39 @@ async def run_admitted(
         raise
     future.add_done_callback(lambda done: ledger.done(chars, None) if done.cancelled() else None)
     return await asyncio.wrap_future(future)
+
+
+class Stage:
+    """An admitted request's CPU work on the prepare threads (its tokenizing, then its decoding), timed."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.timed = False
+
+    async def run(self, executor: ThreadPoolExecutor, work: Callable[[], T]) -> T:
+        def measured() -> T:
+            started = time.perf_counter()
+            try:
+                return work()
+            finally:
+                self.seconds += time.perf_counter() - started
+                self.timed = True
+
+        return await asyncio.wrap_future(executor.submit(measured))
+
+
+@contextlib.asynccontextmanager
+async def admitted(
+    ledger: PrepareLedger, chars: int, model_seconds_ahead: float, timeout_s: float
+) -> AsyncIterator[Stage]:
+    """Admit a long request's ``chars`` (429 / 413 before any work); they stay counted until the request ends, and
+    its measured CPU work (tokenizing and decoding) updates the rate."""
+    ledger.admit(chars, model_seconds_ahead, timeout_s)
+    stage = Stage()
+    try:
+        yield stage
+    finally:
+        ledger.done(chars, stage.seconds if stage.timed else None)
 
 
 SEED_WORDS = 1500
