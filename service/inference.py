@@ -59,7 +59,8 @@ async def run_inference(
         engine = registry.select(request.task, request.model)
     count, limit = len(request.inputs), settings.max_inputs_for(request.task)
     if count > limit:
-        raise PayloadTooLarge(f"{count} inputs in one request; the limit is {limit}")
+        setting = settings.named(settings.max_inputs_setting(request.task))
+        raise PayloadTooLarge(f"{count} inputs in one request; the limit is {limit} ({setting})")
     work = engine.infer(request.inputs, engine.with_request_defaults(request.params, request.explicit))
     results = await (work if client_gone is None else until_disconnected(work, client_gone))
     return InferenceResult(engine.name, results)

@@ -219,9 +219,17 @@ class Settings(BaseSettings):
             return self.tune
         return not TUNED_SETTINGS & self.model_fields_set
 
+    @staticmethod
+    def named(setting: str) -> str:
+        """How a limit's error names its setting: the field, its flag and its environment variable."""
+        return f"{setting}: --{setting.replace('_', '-')}, env BERTSERVE_{setting.upper()}"
+
+    def max_inputs_setting(self, task: str) -> str:
+        return "max_embedding_inputs" if task == EMBEDDING_TASK else "max_inputs_per_request"
+
     def max_inputs_for(self, task: str) -> int:
         """The most inputs one request of ``task`` may bring: embeddings come in large lists."""
-        return self.max_embedding_inputs if task == EMBEDDING_TASK else self.max_inputs_per_request
+        return int(getattr(self, self.max_inputs_setting(task)))
 
     def max_tokens_for(self, task: str) -> int:
         """The most tokens of text one request of ``task`` may bring."""

@@ -268,7 +268,8 @@ def test_embeddings_have_their_own_input_limit(bundles: dict[str, Path]) -> None
         assert len(client.post("/embed", json={"inputs": six}).json()) == 6
         for route, field in (("/v1/embeddings", "input"), ("/embed", "inputs")):
             response = client.post(route, json={field: SENTENCES[:7]})
-            assert_error(response, 413, "payload_too_large", "7 inputs in one request; the limit is 6")
+            named = "(max_embedding_inputs: --max-embedding-inputs, env BERTSERVE_MAX_EMBEDDING_INPUTS)"
+            assert_error(response, 413, "payload_too_large", f"7 inputs in one request; the limit is 6 {named}")
 
 
 def test_openapi_documents_both_routes(http: httpx.Client) -> None:

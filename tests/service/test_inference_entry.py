@@ -96,7 +96,8 @@ ERRORS: list[tuple[str, Any, dict[str, str], int, bytes]] = [
      b'{"error":{"type":"bad_request","message":"the body is not UTF-8: byte 12 (0xff) cannot start a '
      b'character"}}'),
     ("/v1/text-classification", {"inputs": ["x"] * 5}, JSON, 413,
-     b'{"error":{"type":"payload_too_large","message":"5 inputs in one request; the limit is 4"}}'),
+     b'{"error":{"type":"payload_too_large","message":"5 inputs in one request; the limit is 4 '
+     b'(max_inputs_per_request: --max-inputs-per-request, env BERTSERVE_MAX_INPUTS_PER_REQUEST)"}}'),
     ("/v1/fill-mask", {"inputs": "no mask here"}, JSON, 400,
      b'{"error":{"type":"bad_request","message":"no mask token ([MASK]) found in the input"}}'),
     ("/v1/embeddings", {"input": 5}, JSON, 422,
