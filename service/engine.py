@@ -360,12 +360,13 @@ class Engine:
         ahead = self.batcher.seconds_ahead()
         return await run_admitted(self._executor, self._ledger, size, work, ahead, self.settings.timeout_s)
 
-    async def tokenize(self, texts: list[str], add_special_tokens: bool = True) -> list[Encoding]:
-        """The model's tokens of each text (TEI's /tokenize), through the request token cap, off the event loop."""
+    async def tokenize(self, texts: list[str], add_special_tokens: bool, shape: Callable[[list[Encoding]], T]) -> T:
+        """``shape`` of the model's encoding of each text (TEI's /tokenize), through the request token cap; a long
+        request's encoding and shaping (an object per token) run off the event loop."""
 
-        def work() -> list[Encoding]:
+        def work() -> T:
             self._check_token_cap(texts)
-            return [self.context.tokenizer.encode(text, add_special_tokens=add_special_tokens) for text in texts]
+            return shape([self.context.tokenizer.encode(text, add_special_tokens=add_special_tokens) for text in texts])
 
         return await self._off_the_loop(sum(len(text) for text in texts), work)
 

@@ -108,8 +108,8 @@ class PrepareLedger:
             if seconds is not None and chars > 0:
                 self.measured += 1
                 measured, known = seconds / chars, self.seconds_per_char
-                self.seconds_per_char = measured if known is None else (
-                    (1 - RATE_SMOOTHING) * known + RATE_SMOOTHING * measured
+                self.seconds_per_char = (
+                    measured if known is None else ((1 - RATE_SMOOTHING) * known + RATE_SMOOTHING * measured)
                 )
 
 
@@ -124,34 +124,6 @@ def ledger_of(executor: ThreadPoolExecutor, threads: int) -> PrepareLedger:
         if ledger is None:
             ledger = _LEDGERS[executor] = PrepareLedger(threads)
         return ledger
-
-
-async def run_admitted(
-    executor: ThreadPoolExecutor,
-    ledger: PrepareLedger,
-    chars: int,
-    work: Callable[[], T],
-    model_seconds_ahead: float,
-    timeout_s: float,
-) -> T:
-    """``work()`` on the prepare threads once the ledger admits its ``chars``; they leave the ledger when it ends, or
-    at once when it is cancelled before it starts (its client went away)."""
-    ledger.admit(chars, model_seconds_ahead, timeout_s)
-
-    def measured() -> T:
-        started = time.perf_counter()
-        try:
-            return work()
-        finally:
-            ledger.done(chars, time.perf_counter() - started)
-
-    try:
-        future = executor.submit(measured)
-    except RuntimeError:  # the pool was shut down (the service is stopping)
-        ledger.done(chars, None)
-        raise
-    future.add_done_callback(lambda done: ledger.done(chars, None) if done.cancelled() else None)
-    return await asyncio.wrap_future(future)
 
 
 class Stage:
@@ -185,6 +157,19 @@ async def admitted(
         yield stage
     finally:
         ledger.done(chars, stage.seconds if stage.timed else None)
+
+
+async def run_admitted(
+    executor: ThreadPoolExecutor,
+    ledger: PrepareLedger,
+    chars: int,
+    work: Callable[[], T],
+    model_seconds_ahead: float,
+    timeout_s: float,
+) -> T:
+    """One piece of ``work()`` on the prepare threads, admitted as ``admitted`` admits a request."""
+    async with admitted(ledger, chars, model_seconds_ahead, timeout_s) as stage:
+        return await stage.run(executor, work)
 
 
 SEED_WORDS = 1500

@@ -11,6 +11,7 @@ the other rerank shape.
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from tokenizers import Encoding
 
 from service.api.deps import RegistryDep, SettingsDep
 from service.api.error_docs import error_responses
@@ -75,19 +76,24 @@ def the_model(registry: ModelRegistry, name: str | None) -> Engine:
 async def tokenize(body: TeiTokenizeRequest, registry: RegistryDep) -> list[list[SimpleToken]]:
     """The model's tokens of each text: id, the text it covers, whether it is special, its character offsets."""
     texts = body.inputs if isinstance(body.inputs, list) else [body.inputs]
-    encodings = await the_model(registry, body.model).tokenize(texts, body.add_special_tokens)
-    answers = []
-    for text, encoding in zip(texts, encodings, strict=True):
-        tokens = []
-        for token_id, token, special, (start, stop) in zip(
-            encoding.ids, encoding.tokens, encoding.special_tokens_mask, encoding.offsets, strict=True
-        ):
-            if special:
-                tokens.append(SimpleToken(id=token_id, text=token, special=True, start=None, stop=None))
-            else:
-                tokens.append(SimpleToken(id=token_id, text=text[start:stop], special=False, start=start, stop=stop))
-        answers.append(tokens)
-    return answers
+
+    def simple_tokens(encodings: list[Encoding]) -> list[list[SimpleToken]]:
+        answers = []
+        for text, encoding in zip(texts, encodings, strict=True):
+            tokens = []
+            for token_id, token, special, (start, stop) in zip(
+                encoding.ids, encoding.tokens, encoding.special_tokens_mask, encoding.offsets, strict=True
+            ):
+                if special:
+                    tokens.append(SimpleToken(id=token_id, text=token, special=True, start=None, stop=None))
+                else:
+                    tokens.append(
+                        SimpleToken(id=token_id, text=text[start:stop], special=False, start=start, stop=stop)
+                    )
+            answers.append(tokens)
+        return answers
+
+    return await the_model(registry, body.model).tokenize(texts, body.add_special_tokens, simple_tokens)
 
 
 @router.post("/decode", response_model=TeiDecodeResponse, responses=BODY_ERRORS)
