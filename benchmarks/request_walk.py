@@ -47,6 +47,7 @@ class Walk:
         self.recording = False
         self.files: set[str] = set()
         self.edges: Counter[tuple[str, str]] = Counter()
+        self.functions: Counter[str] = Counter()
 
     def _project(self, filename: str) -> str | None:
         return filename[len(self.root) :] if filename.startswith(self.prefixes) else None
@@ -58,6 +59,7 @@ class Walk:
         if callee is None:
             return
         self.files.add(callee)
+        self.functions[f"{callee}:{frame.f_code.co_name}"] += 1
         caller = frame.f_back
         while caller is not None and self._project(caller.f_code.co_filename) is None:
             caller = caller.f_back  # through library frames (FastAPI, asyncio) to the project file that led here
@@ -72,6 +74,8 @@ class Walk:
             "edges": len(self.edges),
             "crossings": sum(self.edges.values()),
             "file_list": sorted(self.files),
+            "edge_list": {f"{source} -> {callee}": count for (source, callee), count in sorted(self.edges.items())},
+            "functions": dict(sorted(self.functions.items())),
         }
 
 
@@ -94,7 +98,7 @@ def measure(models_dir: Path, root: Path) -> dict[str, Any]:
         for task, body in REQUESTS.items():
             route = f"/v1/{task}"
             assert client.post(route, json={"model": task, **body}).status_code == 200
-            walk.files, walk.edges, walk.recording = set(), Counter(), True
+            walk.files, walk.edges, walk.functions, walk.recording = set(), Counter(), Counter(), True
             response = client.post(route, json={"model": task, **body})
             walk.recording = False
             assert response.status_code == 200, response.text

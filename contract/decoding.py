@@ -47,7 +47,7 @@ def windowing_tokenizer(
     """A copy of ``base`` without padding, truncating to ``max_length`` with ``stride`` overlapping windows.
 
     Copying takes ~80 ms for a 30k-word vocabulary: make one per (max_length, stride, strategy) and
-    reuse it (the service keeps per-thread copies instead, see ``service.tasks.common``).
+    reuse it (the service keeps per-thread copies instead, see ``service.tasks.base``).
     """
     configured = Tokenizer.from_str(base.to_str())
     configured.no_padding()

@@ -54,8 +54,7 @@ def _settings() -> Any:
 
 async def _infer(engine: Any, request_type: Any, body: dict[str, Any]) -> list[Any]:
     """One request through the path every transport takes (its input limit, request defaults, token cap)."""
-    from service.inference import InferenceRequest, run_inference
-    from service.registry import ModelRegistry
+    from service.core import InferenceRequest, ModelRegistry, run_inference
 
     inputs, params = request_type.model_validate(body).to_task()
     request = InferenceRequest(engine.task, inputs, params, engine.name)
@@ -174,7 +173,7 @@ CHECKS: dict[str, Callable[[Any], Any]] = {
 
 def check_bundle(name: str, folder: Path) -> Figures:
     """Load one bundle as the service does, run its task's held-out check, return the figures (+ task, seconds)."""
-    from service.registry import load_engines
+    from service.core import load_engines
 
     started = time.monotonic()
     engine = load_engines({name: folder}, _settings())[name]

@@ -18,7 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from service.api import ROUTERS
-from service.api.entry import InferenceEntry
+from service.api.entry import InferenceEntry, validation_error
 from service.api.openapi_doc import finish_document
 from service.api.operation_ids import operation_id
 from service.api.protocols import INFERENCE_ROUTES
@@ -33,7 +33,6 @@ from service.middleware import (
     open_path_prefixes,
 )
 from service.oip import HEADER_LENGTH
-from service.request_errors import validation_error
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -8,6 +8,15 @@ transport (gRPC, a batch runner, a script) does the same and calls ``infer``:
     await core.start()                       # workers + warm-up, in the background: ``core.ready`` turns True
     result = await core.infer(InferenceRequest(task, inputs, params, model))
     await core.stop()                        # refuse new work, drain the queues, stop the workers
+
+The registry holds the loaded engines by name, the model-selection rules and the service's readiness.
+
+The request path every protocol shares: pick the engine, check the request's size, run it, and give it up
+when the client goes away.
+
+A protocol's adapter (``service.api``) turns its body into an ``InferenceRequest`` and the ``InferenceResult``
+into its response. Nothing here knows HTTP: a caller that can tell when its client disconnects passes
+``client_gone``, a function whose awaitable returns when that happens.
 """
 
 from __future__ import annotations
@@ -15,15 +24,175 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from contract.bundle import BundleError
+from service.device import resolve_device
 from service.engine import Engine
-from service.inference import ClientGone, InferenceRequest, InferenceResult, run_inference
+from service.errors import BadRequest, ClientClosedRequest, ModelNotFound, PayloadTooLarge
 from service.metrics import ServiceMetrics
-from service.registry import ModelRegistry, load_engines
 from service.runtime import release_free_memory
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.engine import Engine
+
+
+logger = logging.getLogger(__name__)
+
+
+def load_engines(
+    sources: Mapping[str, Path],
+    settings: Settings,
+    executor: ThreadPoolExecutor | None = None,
+    broken: dict[str, str] | None = None,
+) -> dict[str, Engine]:
+    """Load every bundle. The first bad one raises BundleError naming its folder, unless ``broken`` is given:
+    then every bad one is skipped and recorded there, name -> what is wrong with it. DeviceUnavailable (the device
+    setting cannot be had) is never skipped."""
+    engines: dict[str, Engine] = {}
+    device = resolve_device(settings.device)
+    for name, path in sources.items():
+        try:
+            engines[name] = Engine.from_bundle(path, settings, name=name, executor=executor, device=device)
+        except BundleError as exc:
+            if broken is None:
+                raise
+            logger.error("skipping model %s: %s", name, exc)
+            broken[name] = exc.problem
+    release_free_memory()  # the model files' parse buffers: about a third of a model's size at ready
+    return engines
+
+
+class ModelRegistry:
+    def __init__(
+        self, engines: Mapping[str, Engine], broken: Mapping[str, str] | None = None, default: str | None = None
+    ) -> None:
+        """``default``: the model a request that names none goes to, when several are served and it serves the
+        request's task (``--default-model``)."""
+        self.engines = dict(engines)
+        self.broken = dict(broken or {})  # bundles skipped at start-up (skip_broken): name -> reason
+        if default is not None and default not in self.engines:
+            raise ValueError(f"default model {default!r} is not loaded (loaded: {', '.join(sorted(self.engines))})")
+        self.default = default
+        self.shutting_down = False
+        self.started = False
+
+    @property
+    def ready(self) -> bool:
+        return self.started and not self.shutting_down and all(engine.ready for engine in self.engines.values())
+
+    def select(self, task: str | None, name: str | None, unnamed: str = "name the model") -> Engine:
+        """The engine for a request: by name (serving ``task``, or any task when None), else the only one serving
+        ``task`` (or any task when None), else the default model when it serves ``task``. ``unnamed``: what a
+        request of any task that names none is told to do when several models are served and none is the default."""
+        if name is None and self.default is not None:
+            only = [engine for engine in self.engines.values() if task is None or engine.task == task]
+            if len(only) != 1 and (task is None or self.engines[self.default].task == task):
+                name = self.default
+        if name is not None:
+            engine = self.engines.get(name)
+            if engine is None:
+                known = ", ".join(sorted(self.engines)) or "none"
+                raise ModelNotFound(f"no model named {name!r} (loaded: {known})")
+            if task is not None and engine.task != task:
+                raise BadRequest(f"model {name!r} serves {engine.task}, not {task}")
+            return engine
+        if task is None:
+            if len(self.engines) == 1:
+                return next(iter(self.engines.values()))
+            known = ", ".join(sorted(self.engines)) or "none"
+            raise BadRequest(f"{len(self.engines)} models are served ({known}): {unnamed}")
+        serving = sorted(engine_name for engine_name, engine in self.engines.items() if engine.task == task)
+        if len(serving) == 1:
+            return self.engines[serving[0]]
+        if not serving:
+            raise BadRequest(f"no loaded model serves {task}")
+        raise BadRequest(f"several models serve {task}; name one in 'model': {', '.join(serving)}")
+
+    async def start_all(self) -> None:
+        """Start and warm up every engine (concurrently); readiness turns true when all are done."""
+        await asyncio.gather(*(engine.start() for engine in self.engines.values()))
+        self.started = True
+        logger.info("serving %d model(s): %s", len(self.engines), ", ".join(sorted(self.engines)))
+
+    async def stop_all(self, drain: bool = True) -> None:
+        self.shutting_down = True
+        await asyncio.gather(*(engine.stop(drain=drain) for engine in self.engines.values()))
+
+
+T = TypeVar("T")
+
+ClientGone = Callable[[], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceRequest:
+    """One request in the task handler's types: ``inputs`` (one per result) and ``params``."""
+
+    task: str
+    inputs: list[Any]
+    params: Any
+    model: str | None = None  # None: the only loaded model serving ``task``
+    # The parameters the request gave, asked only of a model with request defaults (None: all were given).
+    explicit: Callable[[], frozenset[str]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceResult:
+    model: str  # the engine that answered
+    results: list[Any]  # one per input
+
+
+async def run_inference(
+    request: InferenceRequest,
+    registry: ModelRegistry,
+    settings: Settings,
+    client_gone: ClientGone | None = None,
+    engine: Engine | None = None,
+) -> InferenceResult:
+    """Select the engine (unless the protocol chose ``engine``: an OIP v2 path names it), enforce the task's input
+    limit (``Settings.max_inputs_for``: ``max_inputs_per_request``, ``max_embedding_inputs`` for embeddings), infer;
+    cancelled if ``client_gone`` returns first."""
+    # No shutting_down check here: after SIGTERM uvicorn accepts no new connections, and a request already
+    # sent on an open one is answered; the engines refuse work only once the lifespan stops them.
+    if engine is None:
+        engine = registry.select(request.task, request.model)
+    count, limit = len(request.inputs), settings.max_inputs_for(request.task)
+    if count > limit:
+        setting = settings.named(settings.max_inputs_setting(request.task))
+        raise PayloadTooLarge(f"{count} inputs in one request; the limit is {limit} ({setting})")
+    work = engine.infer(request.inputs, engine.with_request_defaults(request.params, request.explicit))
+    results = await (work if client_gone is None else until_disconnected(work, client_gone))
+    return InferenceResult(engine.name, results)
+
+
+async def until_disconnected(work: Awaitable[T], client_gone: ClientGone) -> T:
+    """Await ``work``; if ``client_gone`` returns first, cancel it (its queued rows are then dropped)."""
+    current = asyncio.current_task()
+    assert current is not None
+    disconnected: list[bool] = []
+
+    async def cancel_when_gone(task: asyncio.Task[Any]) -> None:
+        await client_gone()
+        disconnected.append(True)
+        task.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(cancel_when_gone(current))
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if disconnected:
+            current.uncancel()
+            raise ClientClosedRequest("client disconnected before the answer was ready") from None
+        raise
+    finally:
+        watcher.cancel()
+
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +252,7 @@ class ServiceCore:
         self._tasks = [starting, asyncio.create_task(_trim_free_memory())]
 
     async def infer(self, request: InferenceRequest, client_gone: ClientGone | None = None) -> InferenceResult:
-        """One request through the limits every transport shares (``service.inference.run_inference``)."""
+        """One request through the limits every transport shares (``service.core.run_inference``)."""
         return await run_inference(request, self.registry, self.settings, client_gone)
 
     async def stop(self, drain: bool = True) -> None:

@@ -24,16 +24,23 @@ from tokenizers import Encoding, Tokenizer
 
 from contract.bundle import Bundle, BundleError, read_bundle
 from contract.tasks import task_spec
-from service.batcher import Batcher, BatchPolicy
+from service.batcher import Batcher, BatchPolicy, RowOutputs
 from service.device import CPU, Device, DeviceUnavailable, resolve_device
 from service.errors import BadRequest, NotReady, PayloadTooLarge, RequestTimeout
-from service.prepare_stage import Stage, admitted, input_chars, input_texts, ledger_of, run_admitted, seed_rate
-from service.queued_rows import RowOutputs
+from service.prepare_stage import (
+    Stage,
+    admitted,
+    check_token_cap,
+    input_chars,
+    input_texts,
+    ledger_of,
+    run_admitted,
+    seed_rate,
+)
 from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
 from service.settings import EMBEDDING_TASK, Settings
 from service.supervision import WorkerPool
 from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler
-from service.token_cap import check_token_cap
 from service.tuning import BatchingChoice, tune_runner
 
 logger = logging.getLogger(__name__)

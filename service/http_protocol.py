@@ -15,7 +15,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.errors import HeadersTooLarge
-from service.http_io import encode_json
+from service.middleware import encode_json
 
 
 class BoundedHeadersProtocol(HttpToolsProtocol):

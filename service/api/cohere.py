@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 
 from service.api.protocol import Decoded, InferenceRoute, Protocol, Reply, json_reply
-from service.inference import InferenceResult
+from service.core import InferenceResult
 from service.schemas import CohereV2RerankRequest, CohereV2RerankResponse
 from service.tasks.rerank import RelevanceScore, rank
 

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from service.core import ModelRegistry
 from service.metrics import ServiceMetrics
-from service.registry import ModelRegistry
 from service.settings import Settings
 
 

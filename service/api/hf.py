@@ -19,13 +19,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
+from service.api.entry import invalid_value, is_json_media_type, parse_json
 from service.api.protocol import Decoded, Incoming, InferenceRoute, Protocol, Reply, json_reply
+from service.core import InferenceResult, ModelRegistry
 from service.engine import Engine
 from service.errors import BadRequest, InvalidRequest, UnsupportedMediaType
-from service.inference import InferenceResult
-from service.json_rules import parse_json
-from service.registry import ModelRegistry
-from service.request_errors import invalid_value, is_json_media_type
 from service.schemas import (
     FillMaskRequest,
     QuestionAnsweringRequest,

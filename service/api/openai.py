@@ -12,7 +12,7 @@ import base64
 import numpy as np
 
 from service.api.protocol import Decoded, InferenceRoute, Protocol, Reply, json_reply
-from service.inference import InferenceResult
+from service.core import InferenceResult
 from service.schemas import EmbeddingsRequest, EmbeddingsResponse
 from service.tasks import Embedding
 

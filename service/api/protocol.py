@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 
 from service.api.error_docs import TASK_ERROR_RESPONSES
-from service.http_io import JSON_MEDIA_TYPE, encode_json, header
-from service.inference import InferenceResult
-from service.registry import ModelRegistry
+from service.core import InferenceResult, ModelRegistry
+from service.middleware import JSON_MEDIA_TYPE, encode_json, header
 from service.schemas.common import TaskRequest
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ the ranking for its protocol.
 from __future__ import annotations
 
 from service.api.protocol import Decoded, InferenceRoute, Protocol, Reply, json_reply
-from service.inference import InferenceResult
+from service.core import InferenceResult
 from service.schemas import RerankRequest, RerankResponse, TeiRerankRequest, TeiRerankResponse
 from service.tasks.rerank import RelevanceScore, rank
 

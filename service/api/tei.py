@@ -16,10 +16,9 @@ from tokenizers import Encoding
 from service.api.deps import RegistryDep, SettingsDep
 from service.api.error_docs import error_responses
 from service.api.protocol import Decoded, InferenceRoute, Protocol, Reply, json_reply
+from service.core import InferenceResult, ModelRegistry
 from service.engine import Engine
 from service.errors import BadRequest, InvalidRequest, ModelNotFound, UnsupportedMediaType
-from service.inference import InferenceResult
-from service.registry import ModelRegistry
 from service.schemas import TeiEmbedRequest, TeiEmbedResponse
 from service.schemas.embeddings import (
     TeiEmbedAllRequest,

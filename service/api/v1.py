@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.api.protocol import Decoded, InferenceRoute, Protocol, Reply, json_reply
-from service.inference import InferenceResult
+from service.core import InferenceResult
 from service.schemas import (
     FillMaskRequest,
     FillMaskResponse,

@@ -19,12 +19,12 @@ from pydantic import ValidationError
 
 from service.api import health
 from service.api.deps import RegistryDep
+from service.api.entry import invalid_value, parse_json
 from service.api.error_docs import TASK_ERRORS, error_responses
 from service.api.protocol import Decoded, Incoming, InferenceRoute, Protocol, Reply
+from service.core import InferenceResult, ModelRegistry
 from service.engine import Engine
 from service.errors import BadRequest, ModelNotFound, NotReady, ServiceError, UnsupportedMediaType
-from service.inference import InferenceResult
-from service.json_rules import parse_json
 from service.oip import (
     EXTENSIONS,
     HEADER_LENGTH,
@@ -35,8 +35,6 @@ from service.oip import (
     encode_response,
     split_body,
 )
-from service.registry import ModelRegistry
-from service.request_errors import invalid_value
 from service.schemas.v2 import (
     V2Error,
     V2InferRequest,

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from service.errors import BadRequest
-from service.http_io import encode_json
+from service.middleware import encode_json
 from service.oip.codec import OutputTensor
 from service.schemas import (
     FillMaskRequest,

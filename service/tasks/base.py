@@ -4,15 +4,23 @@ A handler turns one request's inputs into model rows (``ModelRow``; long inputs 
 windows) and turns those rows' outputs back into pipeline-shaped answers. Handlers are pure:
 tokenizers + numpy, no I/O, no FastAPI, no onnxruntime. The engine batches rows from many requests
 together; it hands each row's outputs back with padding removed.
+
+Below the contract, the helpers the handlers share: score functions, input checks, truncating tokenizer copies.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
+
+from contract.decoding import DecodeInputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +83,124 @@ class TaskHandler(Protocol):
     ) -> Any:
         """``outputs[i]`` belongs to ``prepared.sequences[i]``; token-level arrays are cut to its length."""
         ...
+
+
+_VOCABULARY_CACHE_SIZE = 32
+_COPIES_PER_THREAD = 16
+_thread_copies = threading.local()
+_vocabulary_lock = threading.Lock()
+_vocabulary_cache: OrderedDict[int, tuple[Tokenizer, dict[str, int]]] = OrderedDict()
+
+
+def softmax(values: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, written as the pipelines write it (keeps float32 as float32)."""
+    shifted = np.exp(values - np.max(values, axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def sigmoid(values: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-values))
+
+
+def require_text(text: object, what: str = "text") -> str:
+    if not isinstance(text, str):
+        raise InputError(f"{what} must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise InputError(f"{what} is empty")
+    return text
+
+
+def require_top_k(top_k: int, what: str = "top_k") -> int:
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise InputError(f"{what} must be an integer >= 1, got {top_k!r}")
+    return top_k
+
+
+def truncating_tokenizer(
+    base: Tokenizer, max_length: int, stride: int = 0, strategy: str = "longest_first", direction: str = "right"
+) -> Tokenizer:
+    """This thread's copy of ``base``, with truncation (and overflowing windows) set as asked.
+
+    The engine shares one unconfigured tokenizer between its prepare threads; configuring truncation
+    on it would race between requests with different settings. Each thread keeps its own copy (made
+    once: copying a 30k-word tokenizer takes ~80 ms) and reconfigures it, which is cheap.
+    """
+    copies: dict[int, tuple[Tokenizer, Tokenizer]] = _thread_copies.__dict__.setdefault("copies", {})
+    hit = copies.get(id(base))
+    if hit is None or hit[0] is not base:
+        if len(copies) >= _COPIES_PER_THREAD:
+            copies.pop(next(iter(copies)))
+        configured = Tokenizer.from_str(base.to_str())
+        configured.no_padding()
+        copies[id(base)] = hit = (base, configured)
+    configured = hit[1]
+    wanted = {"max_length": max_length, "stride": stride, "strategy": strategy, "direction": direction}
+    current = configured.truncation
+    if current is None or any(current.get(key) != value for key, value in wanted.items()):
+        configured.enable_truncation(max_length, stride=stride, strategy=strategy, direction=direction)
+    return configured
+
+
+def vocabulary(tokenizer: Tokenizer) -> dict[str, int]:
+    """``tokenizer.get_vocab()`` (added tokens included), built once per tokenizer: it is a large dict."""
+    key = id(tokenizer)
+    with _vocabulary_lock:
+        hit = _vocabulary_cache.get(key)
+        if hit is not None and hit[0] is tokenizer:
+            return hit[1]
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    with _vocabulary_lock:
+        _vocabulary_cache[key] = (tokenizer, vocab)
+        while len(_vocabulary_cache) > _VOCABULARY_CACHE_SIZE:
+            _vocabulary_cache.popitem(last=False)
+    return vocab
+
+
+def encode_batch(tokenizer: Tokenizer, inputs: list, what: str = "input") -> list[Encoding]:
+    """``tokenizer.encode_batch``; a tokenizer refusal (e.g. a question too long to window) is a client error."""
+    try:
+        if len(inputs) == 1:  # one request, one text: encode() skips encode_batch's thread-pool dispatch
+            item = inputs[0]
+            pair = isinstance(item, tuple | list)
+            return [tokenizer.encode(*item) if pair else tokenizer.encode(item)]
+        return tokenizer.encode_batch(inputs, add_special_tokens=True)
+    except Exception as exc:  # tokenizers raises a bare Exception for truncation errors
+        raise InputError(f"cannot tokenize the {what}: {exc}") from exc
+
+
+def require_fit(encodings: list[Encoding], max_length: int, too_long: Callable[[int, int], str]) -> None:
+    """The tasks' one rule for an input they were told not to cut: over ``max_length`` tokens it is a client error,
+    worded by ``too_long(index, tokens)`` in the task's terms (what to send to have it cut)."""
+    for index, encoding in enumerate(encodings):
+        if len(encoding.ids) > max_length:
+            raise InputError(too_long(index, len(encoding.ids)))
+
+
+def one_row_per_text(ctx: ModelContext, texts: list[str], truncate: bool, direction: str = "right") -> list[Prepared]:
+    """Embedding-style inputs: each text one model row, cut to the model's max length from ``direction`` when
+    ``truncate``, else a client error naming the first text that is too long (TEI's rule)."""
+    tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, direction=direction) if truncate else ctx.tokenizer
+    encodings = encode_batch(tokenizer, texts, "text")
+    if not truncate:
+        require_fit(
+            encodings, ctx.max_length,
+            lambda index, tokens: f"input {index} is {tokens} tokens long; the model takes at most "
+            f"{ctx.max_length} (truncate: true cuts it)",
+        )  # fmt: skip
+    return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
+
+
+def to_sequence(encoding: Encoding) -> ModelRow:
+    return ModelRow(
+        input_ids=np.asarray(encoding.ids, dtype=np.int64),
+        token_type_ids=np.asarray(encoding.type_ids, dtype=np.int64),
+    )
+
+
+@contextmanager
+def as_input_error() -> Iterator[None]:
+    """The shared decode path's ``DecodeInputError`` is this service's ``InputError`` (a 400)."""
+    try:
+        yield
+    except DecodeInputError as exc:
+        raise InputError(str(exc)) from exc

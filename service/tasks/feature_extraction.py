@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 
 from contract.tasks import task_spec
-from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import one_row_per_text, require_text
+from service.tasks.base import InputError, ModelContext, Prepared, one_row_per_text, require_text
 
 DIRECTIONS = ("right", "left")
 

@@ -22,8 +22,17 @@ from typing import Any
 import numpy as np
 
 from contract.tasks import task_spec
-from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import encode_batch, require_text, require_top_k, softmax, to_sequence, vocabulary
+from service.tasks.base import (
+    InputError,
+    ModelContext,
+    Prepared,
+    encode_batch,
+    require_text,
+    require_top_k,
+    softmax,
+    to_sequence,
+    vocabulary,
+)
 from service.tasks.sparse_embedding import SparseEmbedding, SparseEmbeddingParams, prepare_sparse, sparse_vector
 
 DEFAULTS = task_spec("fill-mask").pipeline_defaults  # stated once, in the task table

@@ -21,8 +21,16 @@ import numpy as np
 from contract.decoding import QAWindows, check_room_for_context, decode_qa_answers, encode_question_contexts
 from contract.decoding import resolve_window as resolve_window_sizes
 from contract.tasks import task_spec
-from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import as_input_error, require_text, require_top_k, to_sequence, truncating_tokenizer
+from service.tasks.base import (
+    InputError,
+    ModelContext,
+    Prepared,
+    as_input_error,
+    require_text,
+    require_top_k,
+    to_sequence,
+    truncating_tokenizer,
+)
 
 DEFAULTS = task_spec(
     "question-answering"

@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 
 from contract.tasks import task_spec
-from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import (
+from service.tasks.base import (
+    InputError,
+    ModelContext,
+    Prepared,
     encode_batch,
     require_fit,
     require_text,

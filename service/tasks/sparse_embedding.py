@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from service.tasks.base import ModelContext, Prepared
-from service.tasks.common import one_row_per_text, require_text
+from service.tasks.base import ModelContext, Prepared, one_row_per_text, require_text
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,10 @@ import numpy as np
 
 from contract.decoding import with_windows
 from contract.tasks import task_spec
-from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import (
+from service.tasks.base import (
+    InputError,
+    ModelContext,
+    Prepared,
     encode_batch,
     require_fit,
     require_text,

@@ -27,8 +27,10 @@ from tokenizers import Encoding
 from contract.decoding import with_windows
 from contract.tasks import task_spec
 from contract.word_decoding import WordWindows, encode_word_lists, label_words, window_stride
-from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import (
+from service.tasks.base import (
+    InputError,
+    ModelContext,
+    Prepared,
     as_input_error,
     encode_batch,
     require_text,

@@ -18,8 +18,16 @@ from typing import Any
 import numpy as np
 
 from contract.tasks import entailment_id, task_spec
-from service.tasks.base import InputError, ModelContext, Prepared
-from service.tasks.common import encode_batch, require_text, softmax, to_sequence, truncating_tokenizer
+from service.tasks.base import (
+    InputError,
+    ModelContext,
+    Prepared,
+    encode_batch,
+    require_text,
+    softmax,
+    to_sequence,
+    truncating_tokenizer,
+)
 
 DEFAULTS = task_spec("zero-shot-classification").pipeline_defaults
 MAX_CANDIDATE_LABELS = 100

@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.batcher import Batcher, BatchPolicy
+from service.batcher import Batcher, BatchPolicy, choose_rows
 from service.errors import InferenceError, NotReady, Overloaded, PayloadTooLarge, RequestTimeout
-from service.queued_rows import choose_rows
 from service.runtime import Worker
 from service.settings import Settings
 from tests.service.fakes import EchoRunner, seq

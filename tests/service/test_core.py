@@ -19,7 +19,7 @@ from tests.service.tiny_models import TinyModel
 CORE_SCRIPT = """
 import asyncio, json, sys
 from service.core import ServiceCore
-from service.inference import InferenceRequest
+from service.core import InferenceRequest
 from service.settings import Settings
 from service.tasks.text_classification import ClassificationParams
 

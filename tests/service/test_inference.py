@@ -1,4 +1,4 @@
-"""The protocol-independent request path (service.inference) and the one error -> status mapping."""
+"""The protocol-independent request path (service.core) and the one error -> status mapping."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from typing import Any, cast
 import pytest
 
 from service import errors
+from service.core import InferenceRequest, ModelRegistry, run_inference, until_disconnected
 from service.engine import Engine
-from service.inference import InferenceRequest, run_inference, until_disconnected
-from service.registry import ModelRegistry
 from service.settings import Settings
 
 
@@ -71,7 +70,7 @@ def test_a_client_that_goes_away_cancels_the_work_and_one_that_stays_gets_the_an
 
 def test_the_request_path_imports_no_web_framework() -> None:
     code = (
-        "import sys, service.inference;"
+        "import sys, service.core;"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'fastapi', 'starlette'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -4,7 +4,7 @@ of FastAPI's router, with the bodies FastAPI's routes answered.
 The routes FastAPI declares for them (OpenAPI, /docs, generated clients) have functions that raise if ever called,
 so a 200 from any of them is the entry's answer. Its body rules are FastAPI's: ``validated_json_body`` is checked
 against a FastAPI route on the same bodies, and the error bodies below are the bytes the routes answered; but JSON
-itself is read by service.json_rules on every route (depth, items, numbers, duplicate keys, UTF-8: a 400 naming
+itself is read by service.api.entry on every route (depth, items, numbers, duplicate keys, UTF-8: a 400 naming
 the rule, in the protocol's error shape).
 """
 
@@ -21,10 +21,10 @@ from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 from starlette.exceptions import HTTPException
 
+from service.api.entry import is_json_media_type, validated_json_body, validation_error
 from service.api.protocols import INFERENCE_ROUTES
 from service.app import create_app
 from service.errors import BadRequest, ServiceError, speaks_v2
-from service.request_errors import is_json_media_type, validated_json_body, validation_error
 from service.schemas import EmbeddingsRequest, TextClassificationRequest, TokenClassificationRequest
 from service.schemas.common import TaskRequest
 from service.settings import Settings
@@ -283,7 +283,7 @@ def fastapi_route(model: type[TaskRequest]) -> TestClient:
     return TestClient(app)
 
 
-# Bodies within service.json_rules: those it refuses (NaN, not UTF-8, too deep, ...) are in test_json_rules.py.
+# Bodies within service.api.entry: those it refuses (NaN, not UTF-8, too deep, ...) are in test_json_rules.py.
 BODIES: list[tuple[bytes, str | None]] = [
     (b'{"inputs": "x"}', "application/json"),
     (b'{"inputs": ["a", {"text": "b", "text_pair": "c"}], "top_k": null}', "application/json; charset=utf-8"),

@@ -1,4 +1,4 @@
-"""The one rule for JSON bodies (service.json_rules.parse_json): UTF-8, nesting depth, item count, numbers and
+"""The one rule for JSON bodies (service.api.entry.parse_json): UTF-8, nesting depth, item count, numbers and
 duplicate keys, each at its edge; every route applies it (tests/service/test_inference_entry.py)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from service.api.entry import MAX_DEPTH, MAX_ITEMS, MAX_NUMBER_CHARS, parse_json
 from service.errors import BadRequest
-from service.json_rules import MAX_DEPTH, MAX_ITEMS, MAX_NUMBER_CHARS, parse_json
 
 
 def nested(levels: int, inner: str = "1") -> bytes:

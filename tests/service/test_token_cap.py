@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from service.errors import PayloadTooLarge
-from service.token_cap import CHUNK_CHARS, check_token_cap, count_tokens_up_to, text_chunks
+from service.prepare_stage import CHUNK_CHARS, check_token_cap, count_tokens_up_to, text_chunks
 from tests.service.tiny_models import TinyModel
 
 TEXT = "John Smith lives in Paris, and works for the United Nations in Geneva. " * 2000

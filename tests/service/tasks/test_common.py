@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from service.tasks.common import sigmoid, softmax, truncating_tokenizer
+from service.tasks.base import sigmoid, softmax, truncating_tokenizer
 from service.tasks.fill_mask import top_indices
 
 SETTINGS = [(16, 0, "longest_first"), (24, 4, "longest_first"), (28, 6, "only_second"), (32, 8, "only_second")]
