@@ -63,7 +63,7 @@ async def _infer(engine: Any, request_type: Any, body: dict[str, Any]) -> list[A
 
 
 async def _check_ner(engine: Any) -> Figures:
-    from service.schemas import TokenClassificationRequest
+    from service.tasks.token_classification import TokenClassificationRequest
 
     planted = heldout.heldout_ner_text()
     (entities,) = await _infer(engine, TokenClassificationRequest, {"model": engine.name, "inputs": planted.text})
@@ -91,7 +91,7 @@ async def _check_ner(engine: Any) -> Figures:
 
 
 async def _check_qa(engine: Any) -> Figures:
-    from service.schemas import QuestionAnsweringRequest
+    from service.tasks.question_answering import QuestionAnsweringRequest
     from training.metrics import normalize_answer
 
     right, answers = 0, []
@@ -111,7 +111,7 @@ async def _check_qa(engine: Any) -> Figures:
 
 
 async def _check_qa_long_context(engine: Any) -> Figures:
-    from service.schemas import QuestionAnsweringRequest
+    from service.tasks.question_answering import QuestionAnsweringRequest
 
     planted = heldout.heldout_qa_context()
     figures: Figures = {placement: 0 for placement in heldout.PLACEMENTS}
@@ -129,7 +129,7 @@ async def _check_qa_long_context(engine: Any) -> Figures:
 
 
 async def _check_sentiment(engine: Any) -> Figures:
-    from service.schemas import TextClassificationRequest
+    from service.tasks.text_classification import TextClassificationRequest
 
     rows = heldout_probes.heldout_sentiment()
     results = await _infer(engine, TextClassificationRequest, {"model": engine.name, "inputs": [t for t, _ in rows]})
@@ -145,7 +145,7 @@ def _words(predictions: list[Any]) -> list[str]:
 
 
 async def _check_fill_mask(engine: Any) -> Figures:
-    from service.schemas import FillMaskRequest
+    from service.tasks.fill_mask import FillMaskRequest
 
     probes = heldout_probes.heldout_fill_mask()
     results = await _infer(engine, FillMaskRequest, {"model": engine.name, "inputs": [t for t, _ in probes]})

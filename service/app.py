@@ -17,11 +17,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from service.api import ROUTERS
-from service.api.entry import InferenceEntry, validation_error
+from service.api.bodies import validation_error
+from service.api.entry import InferenceEntry
 from service.api.openapi_doc import finish_document
 from service.api.operation_ids import operation_id
-from service.api.protocols import INFERENCE_ROUTES
+from service.api.protocols import INFERENCE_ROUTES, ROUTERS
 from service.core import ServiceCore
 from service.engine import Engine
 from service.errors import ServiceError, error_body, http_error_type

@@ -64,24 +64,20 @@ class WorkItem:
 
 @dataclass(slots=True)
 class WorkBatch:
+    """Rows cut for one model call; its sizes are worked out once, when it is cut."""
+
     items: list[WorkItem]  # sorted by length, shortest first
     formed_at: float = field(default_factory=time.perf_counter)
+    longest: int = field(init=False)
+    padded_tokens: int = field(init=False)
+    real_tokens: int = field(init=False)
+    sequences: list[ModelRow] = field(init=False)
 
-    @property
-    def longest(self) -> int:
-        return self.items[-1].length
-
-    @property
-    def padded_tokens(self) -> int:
-        return len(self.items) * self.longest
-
-    @property
-    def real_tokens(self) -> int:
-        return sum(item.length for item in self.items)
-
-    @property
-    def sequences(self) -> list[ModelRow]:
-        return [item.sequence for item in self.items]
+    def __post_init__(self) -> None:
+        self.longest = self.items[-1].length if self.items else 0
+        self.padded_tokens = len(self.items) * self.longest
+        self.real_tokens = sum(item.length for item in self.items)
+        self.sequences = [item.sequence for item in self.items]
 
 
 def choose_rows(lengths: list[int], max_tokens: int, max_size: int, overhead_tokens: float = math.inf) -> list[int]:

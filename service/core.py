@@ -156,16 +156,15 @@ async def run_inference(
     engine: Engine | None = None,
 ) -> InferenceResult:
     """Select the engine (unless the protocol chose ``engine``: an OIP v2 path names it), enforce the task's input
-    limit (``Settings.max_inputs_for``: ``max_inputs_per_request``, ``max_embedding_inputs`` for embeddings), infer;
+    limit (``Engine.max_inputs``, from its task unit: ``max_inputs_per_request``, ``max_embedding_inputs``), infer;
     cancelled if ``client_gone`` returns first."""
     # No shutting_down check here: after SIGTERM uvicorn accepts no new connections, and a request already
     # sent on an open one is answered; the engines refuse work only once the lifespan stops them.
     if engine is None:
         engine = registry.select(request.task, request.model)
-    count, limit = len(request.inputs), settings.max_inputs_for(request.task)
+    (setting, limit), count = engine.max_inputs, len(request.inputs)
     if count > limit:
-        setting = settings.named(settings.max_inputs_setting(request.task))
-        raise PayloadTooLarge(f"{count} inputs in one request; the limit is {limit} ({setting})")
+        raise PayloadTooLarge(f"{count} inputs in one request; the limit is {limit} ({Settings.named(setting)})")
     work = engine.infer(request.inputs, engine.with_request_defaults(request.params, request.explicit))
     results = await (work if client_gone is None else until_disconnected(work, client_gone))
     return InferenceResult(engine.name, results)

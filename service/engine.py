@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-from tokenizers import Encoding, Tokenizer
+from tokenizers import Encoding
 
 from contract.bundle import Bundle, BundleError, read_bundle
 from contract.tasks import task_spec
@@ -28,19 +28,19 @@ from service.batcher import Batcher, BatchPolicy, RowOutputs
 from service.device import CPU, Device, DeviceUnavailable, resolve_device
 from service.errors import BadRequest, NotReady, PayloadTooLarge, RequestTimeout
 from service.prepare_stage import (
+    MAX_TOKENS_PER_CHAR,
     Stage,
     admitted,
     check_token_cap,
-    input_chars,
-    input_texts,
     ledger_of,
     run_admitted,
     seed_rate,
 )
 from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
-from service.settings import EMBEDDING_TASK, Settings
+from service.settings import Settings
 from service.supervision import WorkerPool
-from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler
+from service.tasks import BY_TASK, HANDLERS, unit_of
+from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler, TaskUnit
 from service.tuning import BatchingChoice, tune_runner
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ def default_prompt(bundle: Bundle, settings: Settings) -> str:
     """The text an embedding model prepends when a request names no prompt: --default-prompt, else the prompt
     --default-prompt-name names, else the bundle's own default_prompt_name's; "" for none (and for other tasks)."""
     spec = bundle.spec
-    if spec.task != EMBEDDING_TASK:
+    if not unit_of(spec.task).prompts:
         return ""
     if settings.default_prompt is not None:
         return settings.default_prompt
@@ -80,39 +80,8 @@ def default_prompt(bundle: Bundle, settings: Settings) -> str:
 
 
 def load_context(bundle: Bundle, settings: Settings | None = None) -> ModelContext:
-    """The handler's view of a bundle: its tokenizer (no padding, no truncation), label facts and prompts."""
-    spec = bundle.spec
-    try:
-        tokenizer = Tokenizer.from_file(str(bundle.tokenizer_path))
-    except Exception as exc:
-        raise BundleError(bundle.path, f"tokenizer.json cannot be loaded: {exc}") from exc
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-
-    def token_id(token: str) -> int:
-        found = tokenizer.token_to_id(token)
-        if found is None:
-            raise BundleError(bundle.path, f"tokenizer lacks the special token {token!r}")
-        return found
-
-    special = spec.special_tokens
-    return ModelContext(
-        tokenizer=tokenizer,
-        max_length=spec.max_length,
-        id2label=dict(spec.id2label),
-        problem_type=spec.problem_type,
-        mask_token=special.mask_token,
-        mask_token_id=token_id(special.mask_token),
-        cls_token_id=token_id(special.cls_token),
-        sep_token_id=token_id(special.sep_token),
-        pad_token_id=token_id(special.pad_token),
-        unk_token_id=tokenizer.token_to_id(special.unk_token),
-        clean_up_tokenization_spaces=spec.clean_up_tokenization_spaces,
-        embedding_normalized=spec.normalize,
-        prompts=dict(spec.prompts),
-        token_embeddings="token_embeddings" in spec.outputs,
-        default_prompt=default_prompt(bundle, settings or Settings()),
-    )
+    """The handler's view of a bundle, with the default prompt the settings choose."""
+    return ModelContext.from_bundle(bundle, default_prompt(bundle, settings or Settings()))
 
 
 # fill-mask's logits are (B, T, vocab) float32: 4096 tokens x 30522 words would be 500 MB per batch.
@@ -134,6 +103,26 @@ def batch_policy(settings: Settings, floats_per_token: int = 0) -> BatchPolicy:
     if floats_per_token > 0:
         max_tokens = max(1, min(max_tokens, MAX_TOKEN_OUTPUT_BYTES // (4 * floats_per_token)))
     return BatchPolicy.from_settings(settings, max_batch_tokens=max_tokens)
+
+
+def input_texts(inputs: list[Any]) -> list[str]:
+    """The text of a request's inputs (str, tuples of str, or dataclasses of str fields)."""
+    texts: list[str] = []
+    for item in inputs:
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, tuple):
+            texts.extend(part for part in item if isinstance(part, str))
+        else:
+            texts.extend(value for value in getattr(item, "__dict__", {}).values() if isinstance(value, str))
+            fields = (getattr(item, name) for name in getattr(item, "__slots__", ()))
+            texts.extend(value for value in fields if isinstance(value, str))
+    return texts
+
+
+def input_chars(inputs: list[Any]) -> int:
+    """Characters of text in a request's inputs."""
+    return sum(len(text) for text in input_texts(inputs))
 
 
 class Engine:
@@ -164,9 +153,12 @@ class Engine:
         token_level = task_spec(bundle.spec.task).token_level
         self.batching = batching or BatchingChoice.configured(settings)
         policy = batch_policy(self.batching.apply(settings), token_output_width(runner, token_level))
-        if bundle.spec.task == EMBEDDING_TASK:
-            # One embeddings request may bring max_embedding_inputs texts, one row each: the queue holds one such.
-            policy = dataclasses.replace(policy, max_queue=max(policy.max_queue, settings.max_embedding_inputs))
+        unit = BY_TASK.get(bundle.spec.task) or TaskUnit(bundle.spec.task, handler)
+        # The request limits, resolved once: (the setting's name, its value).
+        self.max_inputs = (unit.max_inputs_setting, int(getattr(settings, unit.max_inputs_setting)))
+        self.max_tokens = (unit.max_tokens_setting, int(getattr(settings, unit.max_tokens_setting)))
+        if unit.queue_holds_a_request:
+            policy = dataclasses.replace(policy, max_queue=max(policy.max_queue, self.max_inputs[1]))
         runs = max(1, min(workers, self.batching.parallel_runs))  # the gate's width, for the batcher and the pool
         self.batcher = Batcher(policy, name, workers=workers, parallel_runs=runs)
         self.pool = WorkerPool(
@@ -200,8 +192,6 @@ class Engine:
         device = device or resolve_device(settings.device)
         bundle = read_bundle(path)
         if handler is None:
-            from service.tasks import HANDLERS
-
             if bundle.spec.task not in HANDLERS:
                 raise BundleError(bundle.path, f"the service does not serve task {bundle.spec.task!r}")
             handler = HANDLERS[bundle.spec.task]
@@ -313,15 +303,18 @@ class Engine:
         if self._stopping or not self._started:
             raise NotReady(f"model {self.name} is not accepting requests")
         deadline = time.perf_counter() + self.settings.timeout_s
-        chars = input_chars(inputs)
+        texts = input_texts(inputs)
+        chars = sum(len(text) for text in texts)
         if chars <= self.settings.prepare_inline_chars:
-            return await self._infer(inputs, params, deadline, None)
+            return await self._infer(inputs, params, texts, chars, deadline, None)
         async with admitted(self._ledger, chars, self.batcher.seconds_ahead(), self.settings.timeout_s) as stage:
-            return await self._infer(inputs, params, deadline, stage)
+            return await self._infer(inputs, params, texts, chars, deadline, stage)
 
-    async def _infer(self, inputs: list[Any], params: Any, deadline: float, stage: Stage | None) -> list[Any]:
+    async def _infer(
+        self, inputs: list[Any], params: Any, texts: list[str], chars: int, deadline: float, stage: Stage | None
+    ) -> list[Any]:
         try:
-            prepare = functools.partial(self._prepare, inputs, params)
+            prepare = functools.partial(self._prepare, inputs, params, texts, chars)
             prepared = prepare() if stage is None else await stage.run(self._executor, prepare)
         except InputError as exc:
             raise BadRequest(str(exc)) from exc
@@ -349,14 +342,16 @@ class Engine:
             offset += count
         return results
 
-    def _prepare(self, inputs: list[Any], params: Any) -> list[Prepared]:
-        """The token cap (PayloadTooLarge), then the handler's tokenization."""
-        self._check_token_cap(input_texts(inputs))
+    def _prepare(self, inputs: list[Any], params: Any, texts: list[str], chars: int) -> list[Prepared]:
+        """The token cap (PayloadTooLarge; counted only for text that could hold more tokens than the cap), then
+        the handler's tokenization."""
+        if chars * MAX_TOKENS_PER_CHAR > self.max_tokens[1]:
+            self._check_token_cap(texts)
         return self.handler.prepare(self.context, inputs, params)
 
     def _check_token_cap(self, texts: list[str]) -> None:
-        setting = "max_embedding_tokens" if self.task == EMBEDDING_TASK else "max_request_tokens"
-        check_token_cap(self.context.tokenizer, texts, self.settings.max_tokens_for(self.task), setting)
+        setting, limit = self.max_tokens
+        check_token_cap(self.context.tokenizer, texts, limit, setting)
 
     async def _off_the_loop(self, size: int, work: Callable[[], T]) -> T:
         """``work()`` inline when ``size`` (characters or ids) is small, else on the prepare threads once their
@@ -379,9 +374,8 @@ class Engine:
 
     async def decode(self, id_lists: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
         """The text of each list of token ids (TEI's /decode): at most the request token cap of ids."""
-        count, limit = sum(len(ids) for ids in id_lists), self.settings.max_tokens_for(self.task)
+        (setting, limit), count = self.max_tokens, sum(len(ids) for ids in id_lists)
         if count > limit:
-            setting = "max_embedding_tokens" if self.task == EMBEDDING_TASK else "max_request_tokens"
             raise PayloadTooLarge(f"{count} token ids in one request; the limit is {limit} ({setting})")
         tokenizer = self.context.tokenizer
         return await self._off_the_loop(

@@ -14,8 +14,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from service.api.entry import encode_json
 from service.errors import HeadersTooLarge
-from service.middleware import encode_json
 
 
 class BoundedHeadersProtocol(HttpToolsProtocol):

@@ -28,7 +28,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tokenizers import Tokenizer
 
@@ -36,26 +36,6 @@ from service.batcher import ADMIT_WITHIN, RATE_SMOOTHING
 from service.errors import Overloaded, PayloadTooLarge
 
 T = TypeVar("T")
-
-
-def input_texts(inputs: list[Any]) -> list[str]:
-    """The text of a request's inputs (str, tuples of str, or dataclasses of str fields)."""
-    texts: list[str] = []
-    for item in inputs:
-        if isinstance(item, str):
-            texts.append(item)
-        elif isinstance(item, tuple):
-            texts.extend(part for part in item if isinstance(part, str))
-        else:
-            texts.extend(value for value in getattr(item, "__dict__", {}).values() if isinstance(value, str))
-            fields = (getattr(item, name) for name in getattr(item, "__slots__", ()))
-            texts.extend(value for value in fields if isinstance(value, str))
-    return texts
-
-
-def input_chars(inputs: list[Any]) -> int:
-    """Characters of text in a request's inputs."""
-    return sum(len(text) for text in input_texts(inputs))
 
 
 SEED_MARGIN = 2.0

@@ -14,7 +14,6 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
-EMBEDDING_TASK = "feature-extraction"
 # What start-up tuning picks per model (service/tuning.py); one of them given explicitly turns auto-tuning off.
 TUNED_SETTINGS = frozenset({"max_batch_tokens", "max_batch_size", "intra_op_threads", "parallel_runs"})
 
@@ -223,17 +222,6 @@ class Settings(BaseSettings):
     def named(setting: str) -> str:
         """How a limit's error names its setting: the field, its flag and its environment variable."""
         return f"{setting}: --{setting.replace('_', '-')}, env BERTSERVE_{setting.upper()}"
-
-    def max_inputs_setting(self, task: str) -> str:
-        return "max_embedding_inputs" if task == EMBEDDING_TASK else "max_inputs_per_request"
-
-    def max_inputs_for(self, task: str) -> int:
-        """The most inputs one request of ``task`` may bring: embeddings come in large lists."""
-        return int(getattr(self, self.max_inputs_setting(task)))
-
-    def max_tokens_for(self, task: str) -> int:
-        """The most tokens of text one request of ``task`` may bring."""
-        return self.max_embedding_tokens if task == EMBEDDING_TASK else self.max_request_tokens
 
     def model_sources(self) -> dict[str, Path]:
         """Every model to serve, name -> bundle folder: the folders under ``models_dir``, then ``models``."""

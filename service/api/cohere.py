@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import uuid
 
-from service.api.protocol import Decoded, InferenceRoute, Protocol, Reply, json_reply
+from service.api.entry import Decoded, InferenceRoute, Protocol, Reply, json_reply
 from service.core import InferenceResult
-from service.schemas import CohereV2RerankRequest, CohereV2RerankResponse
-from service.tasks.rerank import RelevanceScore, rank
+from service.tasks.rerank import CohereV2RerankRequest, CohereV2RerankResponse, RelevanceScore, rank
 
 
 def rerank_v2_answer(decoded: Decoded, result: InferenceResult) -> Reply:

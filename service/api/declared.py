@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.routing import compile_path
 
-from service.api.protocol import InferenceRoute, Protocol
+from service.api.entry import InferenceRoute, Protocol
 
 
 class AnsweredByTheEntry(RuntimeError):

@@ -1,7 +1,8 @@
 """The one entry of every inference route of every protocol: one pure ASGI layer, in front of FastAPI's router.
 
 A POST to a route of ``service.api.protocols.PROTOCOLS`` is answered here, valid or not: the body is read, checked
-(media type, JSON, the route's request model: the rules and words of FastAPI's body handling, below) or handed to
+(media type, JSON, the route's request model: the rules and words of FastAPI's body handling, see
+``service.api.bodies``) or handed to
 the route's decoder, run through ``service.core.run_inference`` (given up when the client goes away) and answered in
 the protocol's shape; a ServiceError is answered in the error shape of the request's path. Anything else goes on to
 the FastAPI app, which also declares these routes (OpenAPI, /docs, generated clients) and answers other methods on
@@ -12,56 +13,186 @@ duplicate keys.
 It sits inside the request metrics, API key, body reading (deadline, size, memory) and in-flight cap middlewares,
 so they all apply: its body has arrived in full when it is called.
 
-## Bodies that do not parse or validate
-
-A body that is not valid JSON is a 400 naming where it breaks; a body sent with a media type that is
-not JSON (``curl -d`` sends form-urlencoded) or without Content-Type is a 415 naming the header to
-send (FastAPI parses neither as JSON: a body without Content-Type would let a web page post to a
-local service without a CORS preflight); everything else is a 422 listing the first problems.
-
-``validated_json_body`` reads a route's JSON body as FastAPI reads the body parameter of a route (its
-media type rule, pydantic's python-mode validation, error locations under ``body``), so the inference entry
-answers in FastAPI's words; the JSON itself is parsed by ``parse_json`` (UTF-8, depth, items, numbers,
-duplicate keys: one rule for every route and protocol), and a body of more than 1,000 problems gets them counted.
-
-## JSON: ``parse_json``, the one way a JSON body is read, on every inference route of every protocol
-
-The body's bytes are checked before any parser runs, so nothing recurses, converts or allocates per item on a
-hostile body; then it is parsed once. Each rule broken is a 400 naming it:
-
-- UTF-8 only (RFC 8259 8.1): a body in another encoding is refused, where Python's ``json`` would guess UTF-16/32;
-- at most ``MAX_DEPTH`` (16) levels of arrays and objects: the deepest valid request, a v2 tensor with 2-d data,
-  needs 5;
-- at most ``MAX_ITEMS`` (32,768) array elements and object members, every level counted: twice what a valid request
-  needs at the default limits (one per word or text: 16,384 words of NER's pre-split ``words`` fill
-  ``max_request_tokens``; 2,048 embedding texts). Validation costs time per item on the event loop: an 800 KB list
-  of numbers took 3.7 s to become 800,000 validation errors;
-- a number is at most ``MAX_NUMBER_CHARS`` (32) characters (an int64 needs 20, a float64's shortest form 24) and
-  finite as a double: ``NaN``, ``Infinity`` and ``1e999`` are refused, where Python's ``json`` gives nan and inf;
-- an object names each key once: parsers disagree on which copy of a duplicate key wins, so none does;
-- a string holds Unicode text: a ``\\ud800``-style escape of half a surrogate pair (which ``json`` turns into a str
-  no UTF-8 encoder, tokenizer included, accepts) is refused.
+What a protocol adapter is, too: its inference routes (``InferenceRoute``), each with its path, its OpenAPI
+documentation, how its body becomes the task's request (``Decoded``) and how the task's answer becomes its response
+(``Reply``); ``service.api.declared`` declares them to FastAPI for the OpenAPI document. And the bytes in and out
+over ASGI (no framework), for the entry and the middlewares: responses are compact UTF-8 JSON, as Starlette's
+JSONResponse writes them, so a body written here is byte for byte the body a FastAPI route would have answered.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from email.message import Message
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from fastapi import APIRouter
 from starlette.routing import BaseRoute, compile_path
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.protocol import Decoded, Incoming, InferenceRoute
-from service.core import InferenceRequest, ModelRegistry, run_inference
-from service.errors import BadRequest, InvalidRequest, ServiceError, UnsupportedMediaType
-from service.middleware import JSON_MEDIA_TYPE, header, read_body, route_path, send_body, send_error
+from service.api.bodies import JSON_MEDIA_TYPE, validated_json_body
+from service.api.error_docs import TASK_ERROR_RESPONSES
+from service.core import InferenceRequest, InferenceResult, ModelRegistry, run_inference
+from service.errors import PayloadTooLarge, ServiceError
 from service.schemas.common import TaskRequest
+
+if TYPE_CHECKING:
+    from service.engine import Engine
+
+
+def _to_builtin(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def encode_json(payload: Any) -> bytes:
+    """Compact UTF-8 JSON; numpy scalars and arrays as numbers and lists."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=_to_builtin).encode()
+
+
+async def send_body(
+    send: Send, status: int, content: bytes, media_type: str, headers: Mapping[str, str] | None = None
+) -> None:
+    """A whole response: ``content`` with its length, media type and ``headers``."""
+    raw_headers = [(b"content-length", str(len(content)).encode()), (b"content-type", media_type.encode())]
+    raw_headers += [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": content})
+
+
+async def send_json(send: Send, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
+    await send_body(send, status, encode_json(payload), JSON_MEDIA_TYPE, headers)
+
+
+async def send_error(send: Send, error: ServiceError, path: str = "", close: bool = False) -> None:
+    """Answer with ``error``: its status, its body for a request to ``path``, its headers (Retry-After, ...);
+    ``close``: the server closes the connection after it (the body was not read in full)."""
+    headers = {**error.headers(), "Connection": "close"} if close else error.headers()
+    await send_json(send, error.status_code, error.body(path), headers)
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body; None if the client left while sending it."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def body_too_large(max_bytes: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"request body is larger than {max_bytes} bytes")
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` that first gives ``body`` again (read already), then defers to the server (disconnects)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
+    """The first value of the header ``name`` (lower case), as Starlette's ``request.headers.get`` gives it."""
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def route_path(scope: Scope) -> str:
+    """The path the app's routes match: ``path`` less the ``root_path`` the app is mounted at (Starlette's rule)."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if not root or not path.startswith(root):
+        return path
+    if path == root:
+        return ""
+    return path[len(root) :] if path[len(root)] == "/" else path
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A request to a route that reads its body itself: the body, its headers and the path's parameters."""
+
+    body: bytes
+    content_type: str | None
+    headers: list[tuple[bytes, bytes]]
+    path_params: dict[str, str]
+
+    def header(self, name: str) -> str | None:
+        return header(self.headers, name.lower().encode())
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A request in the task's terms: its task request (validated), the engine when the protocol chose it (a v2 path
+    names its model; else the registry selects by the request's task and model), and what the answer needs."""
+
+    request: TaskRequest
+    engine: Engine | None = None
+    context: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    content: bytes
+    media_type: str = JSON_MEDIA_TYPE
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def json_reply(payload: Any) -> Reply:
+    return Reply(encode_json(payload))
+
+
+Decoder = Callable[[Incoming, ModelRegistry], Decoded]
+Answer = Callable[[Decoded, InferenceResult], Reply | Any]  # a Reply, or a JSON value answered as JSON
+
+
+@dataclass(frozen=True)
+class InferenceRoute:
+    """One POST route. Its body is either ``body``, a JSON body read and validated as FastAPI reads a route's body
+    parameter, or read by ``decode`` (the route's own format; its OpenAPI body then comes from ``openapi_extra``)."""
+
+    path: str  # a path template: /v1/embeddings, /v2/models/{name}/infer
+    operation: str  # the operation's name: OpenAPI's operationId and summary are made from it
+    description: str
+    tag: str
+    response_model: Any
+    answer: Answer
+    body: type[TaskRequest] | None = None
+    decode: Decoder | None = None
+    responses: Mapping[int | str, dict[str, Any]] = field(default_factory=lambda: TASK_ERROR_RESPONSES)
+    openapi_extra: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.body is None) == (self.decode is None):
+            raise ValueError(f"{self.path}: give either a JSON body model or a decoder")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A protocol's inference routes, and the routes of it FastAPI serves itself (health, metadata), if any."""
+
+    name: str
+    routes: tuple[InferenceRoute, ...]
+    router: APIRouter | None = None
+
 
 Matched = tuple[InferenceRoute, BaseRoute, dict[str, str]]
 
@@ -125,6 +256,8 @@ class InferenceEntry:
             inference = as_inference(decoded.request)
             result = await run_inference(inference, state.registry, state.settings, client_gone, decoded.engine)
             reply = route.answer(decoded, result)
+            if not isinstance(reply, Reply):
+                reply = Reply(encode_json(reply))
         except ServiceError as error:
             await send_error(send, error, scope["path"])
             return
@@ -140,162 +273,3 @@ def decode(
         return Decoded(validated_json_body(route.body, body, content_type))
     assert route.decode is not None
     return route.decode(Incoming(body, content_type, scope["headers"], path_params), registry)
-
-
-MAX_LISTED_PROBLEMS = 5
-# Past this many problems they are counted, not listed: pydantic turns each into a dict (~4 us), and a body of
-# wrongly typed items brings one or two per item.
-MAX_DETAILED_PROBLEMS = 1000
-
-Model = TypeVar("Model", bound=BaseModel)
-
-
-def is_json_media_type(content_type: str) -> bool:
-    """FastAPI's rule: application/json or application/*+json (parameters such as charset aside)."""
-    message = Message()
-    message["content-type"] = content_type
-    subtype = message.get_content_subtype()
-    return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
-
-
-def validation_error(errors: Sequence[Mapping[str, Any]], content_type: str | None) -> ServiceError:
-    """The error to answer for FastAPI's validation ``errors`` of a request sent with ``content_type``."""
-    for error in errors:
-        if error.get("type") == "json_invalid":
-            loc = tuple(error.get("loc", ()))
-            position = loc[1] if len(loc) > 1 else "?"
-            reason = (error.get("ctx") or {}).get("error", "JSON decode error")
-            return BadRequest(f"the body is not valid JSON at character {position}: {reason}")
-    body_itself = any(tuple(error.get("loc", ())) == ("body",) for error in errors)
-    if body_itself and not (content_type and is_json_media_type(content_type)):
-        sent = f"not {content_type!r}" if content_type else "none was sent"
-        return UnsupportedMediaType(f"the body must be JSON: send 'Content-Type: application/json' ({sent})")
-    problems = []
-    for error in errors[:MAX_LISTED_PROBLEMS]:
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        problems.append(f"{where}: {error.get('msg', 'invalid')}")
-    return InvalidRequest("; ".join(problems) or "invalid request")
-
-
-def invalid_value(exc: ValidationError, content_type: str | None, prefix: tuple[str, ...] = ()) -> ServiceError:
-    """The error to answer for pydantic's ``exc``, its locations under ``prefix`` (``("body",)``: FastAPI's)."""
-    count = exc.error_count()
-    if count > MAX_DETAILED_PROBLEMS:
-        return InvalidRequest(f"{count} problems with the body, too many to list: see the route's schema at /docs")
-    located = [{**error, "loc": (*prefix, *error["loc"])} for error in exc.errors(include_url=False)]
-    return validation_error(located, content_type)
-
-
-def validated_json_body(model: type[Model], body: bytes, content_type: str | None) -> Model:
-    """``body`` as ``model``, or the ServiceError FastAPI's handling of a route's ``model`` body leads to.
-
-    A body is parsed as JSON only when it is sent as JSON; any other body reaches validation as it is, and fails
-    there: a 415, as from FastAPI. An empty body sent as JSON is a 400, as invalid JSON is.
-    """
-    value: Any = body
-    if not body:
-        if content_type and is_json_media_type(content_type):
-            raise BadRequest("the body is empty: send a JSON object (the route's schema is at /docs)")
-        errors: list[Mapping[str, Any]] = [{"type": "missing", "loc": ("body",), "msg": "Field required"}]
-        raise validation_error(errors, content_type)
-    if content_type == JSON_MEDIA_TYPE or (content_type and is_json_media_type(content_type)):
-        value = parse_json(body)
-    try:
-        return model.model_validate(value, from_attributes=True)
-    except ValidationError as exc:
-        raise invalid_value(exc, content_type, ("body",)) from None
-
-
-MAX_DEPTH = 16
-MAX_ITEMS = 32_768
-MAX_NUMBER_CHARS = 32
-
-STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # a JSON string, escapes included
-STRUCTURE = b"[]{},"
-NOT_STRUCTURE = bytes(byte for byte in range(256) if byte not in STRUCTURE)
-LONG_NUMBER = re.compile(rb"[-+0-9.eE]{%d,}" % (MAX_NUMBER_CHARS + 1))
-OPENING = np.frombuffer(b"[{", np.uint8)
-SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-def parse_json(body: bytes) -> Any:
-    """``body`` as a JSON value, read by the rules above; BadRequest (400) naming the rule a body breaks."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRequest(
-            f"the body is not UTF-8: byte {exc.start} ({body[exc.start]:#04x}) cannot start a character"
-        ) from None
-    check_shape(body)
-    try:
-        value = json.loads(text, object_pairs_hook=unique_keys, parse_float=finite_float, parse_constant=no_constant)
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"the body is not valid JSON at character {exc.pos}: {exc.msg}") from None
-    if SURROGATE_ESCAPE.search(body) is not None:
-        check_unicode(value)
-    return value
-
-
-def check_unicode(value: Any) -> None:
-    """Every string (keys included) encodes as UTF-8: surrogate escapes come in pairs."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise BadRequest(
-                f"a string in the body holds half a surrogate pair (\\u{ord(value[exc.start]):04x} at character "
-                f"{exc.start} of the string): not Unicode text"
-            ) from None
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_unicode(key)
-            check_unicode(item)
-    elif isinstance(value, list):
-        for item in value:
-            check_unicode(item)
-
-
-def check_shape(body: bytes) -> None:
-    """Depth, item count and number lengths, from the bytes outside strings (strings cannot hide brackets)."""
-    bare = STRING.sub(b'""', body)
-    long_number = LONG_NUMBER.search(bare)
-    if long_number is not None:
-        raise BadRequest(f"a number in the body is longer than {MAX_NUMBER_CHARS} characters")
-    structure = bare.translate(None, NOT_STRUCTURE)
-    opened = structure.count(b"[") + structure.count(b"{")
-    empty = structure.count(b"[]") + structure.count(b"{}")
-    items = structure.count(b",") + opened - empty
-    if opened > MAX_DEPTH and nesting_depth(structure) > MAX_DEPTH:
-        raise BadRequest(f"the body nests JSON more than {MAX_DEPTH} levels deep (arrays and objects)")
-    if items > MAX_ITEMS:
-        raise BadRequest(f"the body holds {items} JSON items (array elements, object members); at most {MAX_ITEMS}")
-
-
-def nesting_depth(structure: bytes) -> int:
-    """The deepest nesting of brackets in ``structure`` (brackets and commas only)."""
-    symbols = np.frombuffer(structure, np.uint8)
-    brackets = symbols[symbols != ord(",")]
-    steps = np.where(np.isin(brackets, OPENING), 1, -1)
-    return int(np.cumsum(steps).max(initial=0))
-
-
-def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    members = dict(pairs)
-    if len(members) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise BadRequest(f"the key {key!r} appears twice in one JSON object")
-            seen.add(key)
-    return members
-
-
-def finite_float(literal: str) -> float:
-    value = float(literal)
-    if not math.isfinite(value):
-        raise BadRequest(f"the number {literal} is out of range (beyond a double)")
-    return value
-
-
-def no_constant(name: str) -> float:
-    raise BadRequest(f"{name} is not a JSON number")

@@ -19,32 +19,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
-from service.api.entry import invalid_value, is_json_media_type, parse_json
-from service.api.protocol import Decoded, Incoming, InferenceRoute, Protocol, Reply, json_reply
+from service.api.bodies import invalid_value, is_json_media_type, parse_json
+from service.api.entry import Decoded, Incoming, InferenceRoute, Protocol, Reply, json_reply
 from service.core import InferenceResult, ModelRegistry
 from service.engine import Engine
 from service.errors import BadRequest, InvalidRequest, UnsupportedMediaType
-from service.schemas import (
-    FillMaskRequest,
-    QuestionAnsweringRequest,
-    TeiEmbedRequest,
-    TextClassificationRequest,
-    TokenClassificationRequest,
-    ZeroShotClassificationRequest,
-)
 from service.schemas.common import TaskRequest
-from service.schemas.sentence_similarity import ParameterizedSimilarityRequest
 from service.schemas.v2 import inline_json_schema
-
-EMBEDDINGS = "feature-extraction"
-TASK_REQUESTS: dict[str, type[TaskRequest]] = {
-    "text-classification": TextClassificationRequest,
-    "token-classification": TokenClassificationRequest,
-    "question-answering": QuestionAnsweringRequest,
-    "fill-mask": FillMaskRequest,
-    "zero-shot-classification": ZeroShotClassificationRequest,
-    EMBEDDINGS: TeiEmbedRequest,
-}
+from service.tasks import BY_TASK
+from service.tasks.base import HfMapping
 
 
 class HfInferenceRequest(BaseModel):
@@ -73,27 +56,23 @@ class HfInferenceResponse(RootModel[list[Any] | dict[str, Any]]):
 
 @dataclass(frozen=True, slots=True)
 class HfCall:
-    task: str
+    mapping: HfMapping
     single: bool  # one input (not a list): the answer is that input's, not a list of one
-    similarity: bool = False
 
 
 def select_engine(incoming: Incoming, registry: ModelRegistry) -> Engine:
     return registry.select(None, incoming.path_params.get("name"), unnamed="post to /models/NAME")
 
 
-def task_fields(body: dict[str, Any], task: str) -> tuple[dict[str, Any], bool]:
-    """The v1 request's fields from an HF body, and whether it is sentence similarity."""
-    parameters = body.get("parameters") or {}
-    inputs = body.get("inputs")
+def task_fields(body: dict[str, Any], mapping: HfMapping) -> tuple[type[TaskRequest], dict[str, Any], bool]:
+    """The task's request model, its fields from an HF body, and whether the body is one input."""
+    if mapping.read is not None:
+        return mapping.read(body)
     extra = {key: value for key, value in body.items() if key not in ("inputs", "parameters", "options")}
-    if task == EMBEDDINGS:
-        if isinstance(inputs, dict) and "source_sentence" in inputs:
-            return {"inputs": inputs, "parameters": body.get("parameters"), **extra}, True
-        return {"inputs": inputs, **parameters, **extra}, False
     if extra:
         raise InvalidRequest(f"unknown fields {sorted(extra)}: the task's options go in parameters")
-    return {"inputs": inputs, **parameters}, False
+    inputs = body.get("inputs")
+    return mapping.request, {"inputs": inputs, **(body.get("parameters") or {})}, not isinstance(inputs, list)
 
 
 def decode_hf(incoming: Incoming, registry: ModelRegistry) -> Decoded:
@@ -107,40 +86,20 @@ def decode_hf(incoming: Incoming, registry: ModelRegistry) -> Decoded:
     except ValidationError as exc:
         raise invalid_value(exc, incoming.content_type) from None
     engine = select_engine(incoming, registry)
-    model = TASK_REQUESTS.get(engine.task)
-    if model is None:
+    mapping = BY_TASK[engine.task].hf if engine.task in BY_TASK else None
+    if mapping is None:
         raise BadRequest(f"model {engine.name!r} serves {engine.task}, which the HF Inference API routes do not speak")
-    fields, similarity = task_fields(body, engine.task)
-    if similarity:
-        model = ParameterizedSimilarityRequest
+    model, fields, single = task_fields(body, mapping)
     try:
         request = model.model_validate({**fields, "model": engine.name})
     except ValidationError as exc:
         raise invalid_value(exc, incoming.content_type) from None
-    single = not isinstance(body["inputs"], list) or similarity
-    return Decoded(request, engine, HfCall(engine.task, single, similarity))
-
-
-def one_answer(task: str, request: TaskRequest, result: Any) -> Any:
-    """One input's answer in the pipeline's shape."""
-    if task == "question-answering" and getattr(request, "top_k", 1) == 1:
-        return result[0]
-    if task == "fill-mask" and len(result) == 1:
-        return result[0]  # one mask: its candidates, not a list of one
-    return result
+    return Decoded(request, engine, HfCall(mapping, single))
 
 
 def hf_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     call: HfCall = decoded.context
-    if call.task == EMBEDDINGS:
-        if call.similarity:
-            assert isinstance(decoded.request, ParameterizedSimilarityRequest)
-            return json_reply(decoded.request.similarities(result.results)[0])
-        return json_reply([item.vector for item in result.results])
-    answers = [one_answer(call.task, decoded.request, item) for item in result.results]
-    if call.task == "text-classification":
-        return json_reply(answers)  # a list per input also for one text: what the client reads
-    return json_reply(answers[0] if call.single else answers)
+    return json_reply(call.mapping.answer(decoded.request, result.results, call.single))
 
 
 HF_BODY = {

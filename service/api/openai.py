@@ -11,10 +11,10 @@ import base64
 
 import numpy as np
 
-from service.api.protocol import Decoded, InferenceRoute, Protocol, Reply, json_reply
+from service.api.entry import Decoded, InferenceRoute, Protocol, Reply, json_reply
 from service.core import InferenceResult
-from service.schemas import EmbeddingsRequest, EmbeddingsResponse
 from service.tasks import Embedding
+from service.tasks.feature_extraction import EmbeddingsRequest, EmbeddingsResponse
 
 
 def encode_vector(vector: np.ndarray, encoding_format: str) -> list[float] | str:

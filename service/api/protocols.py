@@ -1,12 +1,33 @@
-"""The protocol adapters the service speaks, in the order their routes appear in the OpenAPI document."""
+"""The HTTP routes: the protocol adapters the service speaks (their inference routes, answered by
+``service.api.entry.InferenceEntry``) and FastAPI's routers for everything else, in the order of the OpenAPI
+document."""
 
 from __future__ import annotations
 
-from service.api import cohere, hf, openai, rerank, tei, v1, v2
-from service.api.protocol import InferenceRoute, Protocol
+from fastapi import APIRouter
+
+from service.api import cohere, docs, health, hf, metrics, models, openai, playground, rerank, tei, v1, v2
+from service.api.declared import declared_router
+from service.api.entry import InferenceRoute, Protocol
 
 PROTOCOLS: tuple[Protocol, ...] = (
     v1.PROTOCOL, rerank.PROTOCOL, cohere.PROTOCOL, openai.PROTOCOL, tei.PROTOCOL, v2.PROTOCOL, hf.PROTOCOL,
 )  # fmt: skip
 
 INFERENCE_ROUTES: tuple[InferenceRoute, ...] = tuple(route for protocol in PROTOCOLS for route in protocol.routes)
+
+PROTOCOL_ROUTERS: tuple[APIRouter, ...] = tuple(
+    router
+    for protocol in PROTOCOLS
+    for router in ((protocol.router,) if protocol.router is not None else ()) + (declared_router(protocol),)
+)
+
+ROUTERS: tuple[APIRouter, ...] = (
+    models.router,
+    *PROTOCOL_ROUTERS,
+    health.router,
+    metrics.router,
+    docs.router,
+    playground.root_router,
+    playground.router,
+)

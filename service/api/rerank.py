@@ -6,10 +6,16 @@ the ranking for its protocol.
 
 from __future__ import annotations
 
-from service.api.protocol import Decoded, InferenceRoute, Protocol, Reply, json_reply
+from service.api.entry import Decoded, InferenceRoute, Protocol, Reply, json_reply
 from service.core import InferenceResult
-from service.schemas import RerankRequest, RerankResponse, TeiRerankRequest, TeiRerankResponse
-from service.tasks.rerank import RelevanceScore, rank
+from service.tasks.rerank import (
+    RelevanceScore,
+    RerankRequest,
+    RerankResponse,
+    TeiRerankRequest,
+    TeiRerankResponse,
+    rank,
+)
 
 
 def rerank_answer(decoded: Decoded, result: InferenceResult) -> Reply:

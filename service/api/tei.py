@@ -14,19 +14,11 @@ from fastapi import APIRouter, Request
 from tokenizers import Encoding
 
 from service.api.deps import RegistryDep, SettingsDep
+from service.api.entry import Decoded, InferenceRoute, Protocol, Reply, json_reply
 from service.api.error_docs import error_responses
-from service.api.protocol import Decoded, InferenceRoute, Protocol, Reply, json_reply
 from service.core import InferenceResult, ModelRegistry
 from service.engine import Engine
 from service.errors import BadRequest, InvalidRequest, ModelNotFound, UnsupportedMediaType
-from service.schemas import TeiEmbedRequest, TeiEmbedResponse
-from service.schemas.embeddings import (
-    TeiEmbedAllRequest,
-    TeiEmbedAllResponse,
-    TeiEmbedSparseRequest,
-    TeiEmbedSparseResponse,
-)
-from service.schemas.sentence_similarity import ParameterizedSimilarityRequest
 from service.schemas.tei import (
     SimpleToken,
     TeiDecodeRequest,
@@ -37,7 +29,15 @@ from service.schemas.tei import (
     TeiTokenizeRequest,
     TeiTokenizeResponse,
 )
-from service.settings import EMBEDDING_TASK
+from service.tasks.feature_extraction import (
+    TeiEmbedAllRequest,
+    TeiEmbedAllResponse,
+    TeiEmbedRequest,
+    TeiEmbedResponse,
+    TeiEmbedSparseRequest,
+    TeiEmbedSparseResponse,
+)
+from service.tasks.sentence_similarity import ParameterizedSimilarityRequest
 
 router = APIRouter(tags=["tei"])
 LOOKUP_ERRORS = error_responses(BadRequest, ModelNotFound, InvalidRequest)
@@ -111,7 +111,7 @@ async def info(request: Request, registry: RegistryDep, settings: SettingsDep, m
     labels = {"id2label": {str(key): value for key, value in sorted(spec.id2label.items())},
               "label2id": {value: key for key, value in sorted(spec.id2label.items())}}  # fmt: skip
     model_type: dict[str, dict[str, object]]
-    if engine.task == EMBEDDING_TASK:
+    if engine.bundle.spec.pooling is not None:
         model_type = {"embedding": {"pooling": spec.pooling or "mean"}}
     else:
         model_type = {"reranker" if engine.task == "rerank" else "classifier": labels}
@@ -123,7 +123,7 @@ async def info(request: Request, registry: RegistryDep, settings: SettingsDep, m
         max_concurrent_requests=settings.max_concurrent_requests,
         max_input_length=spec.max_length,
         max_batch_tokens=engine.batching.max_batch_tokens,
-        max_client_batch_size=settings.max_inputs_for(engine.task),
+        max_client_batch_size=engine.max_inputs[1],
         auto_truncate=False,
         tokenization_workers=settings.prepare_threads,
         version=request.app.version,

@@ -18,10 +18,10 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
 from service.api import health
+from service.api.bodies import invalid_value, parse_json
 from service.api.deps import RegistryDep
-from service.api.entry import invalid_value, parse_json
+from service.api.entry import Decoded, Incoming, InferenceRoute, Protocol, Reply
 from service.api.error_docs import TASK_ERRORS, error_responses
-from service.api.protocol import Decoded, Incoming, InferenceRoute, Protocol, Reply
 from service.core import InferenceResult, ModelRegistry
 from service.engine import Engine
 from service.errors import BadRequest, ModelNotFound, NotReady, ServiceError, UnsupportedMediaType

@@ -18,20 +18,17 @@ from typing import Any
 
 import numpy as np
 
+from service.api.entry import encode_json
 from service.errors import BadRequest
-from service.middleware import encode_json
 from service.oip.codec import OutputTensor
-from service.schemas import (
-    FillMaskRequest,
-    QuestionAnsweringRequest,
-    RerankRequest,
-    TeiEmbedRequest,
-    TextClassificationRequest,
-    TokenClassificationRequest,
-    ZeroShotClassificationRequest,
-)
 from service.schemas.common import TaskRequest
-from service.tasks.rerank import rank
+from service.tasks.feature_extraction import TeiEmbedRequest
+from service.tasks.fill_mask import FillMaskRequest
+from service.tasks.question_answering import QuestionAnsweringRequest
+from service.tasks.rerank import RerankRequest, rank
+from service.tasks.text_classification import TextClassificationRequest
+from service.tasks.token_classification import TokenClassificationRequest
+from service.tasks.zero_shot_classification import ZeroShotClassificationRequest
 
 BATCH = -1  # a dimension that varies with the request
 

@@ -5,39 +5,6 @@ A request turns into the engine's ``(inputs, params)`` with ``to_task()``. Every
 """
 
 from service.schemas.common import ErrorDetail, ErrorResponse, HealthResponse, ModelCard, ModelsResponse, TaskRequest
-from service.schemas.embeddings import (
-    EmbeddingData,
-    EmbeddingsRequest,
-    EmbeddingsResponse,
-    EmbeddingsUsage,
-    TeiEmbedRequest,
-    TeiEmbedResponse,
-)
-from service.schemas.fill_mask import FillMaskPrediction, FillMaskRequest, FillMaskResponse
-from service.schemas.question_answering import QAAnswer, QAPair, QuestionAnsweringRequest, QuestionAnsweringResponse
-from service.schemas.rerank import (
-    CohereV2RerankRequest,
-    CohereV2RerankResponse,
-    RerankDocument,
-    RerankRequest,
-    RerankResponse,
-    RerankResult,
-    TeiRank,
-    TeiRerankRequest,
-    TeiRerankResponse,
-)
-from service.schemas.text_classification import (
-    LabelScore,
-    TextClassificationRequest,
-    TextClassificationResponse,
-    TextPair,
-)
-from service.schemas.token_classification import Entity, TokenClassificationRequest, TokenClassificationResponse
-from service.schemas.zero_shot_classification import (
-    ZeroShotClassificationRequest,
-    ZeroShotClassificationResponse,
-    ZeroShotResult,
-)
 
 __all__ = [
     "CohereV2RerankRequest",

@@ -1,8 +1,21 @@
-"""The task handlers, keyed by task name. Import-light: tokenizers + numpy only."""
+"""The tasks, one module each: a module holds everything its task is (request and answer schemas, limits, prepare
+and postprocess, protocol mappings) and declares it as its ``UNIT``; the engine, the settings and the protocols
+iterate ``UNITS``. To add a task: write its module here, add its defaults to ``contract.tasks``, list it below.
+"""
 
 from __future__ import annotations
 
-from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler
+from service.tasks import (
+    feature_extraction,
+    fill_mask,
+    question_answering,
+    rerank,
+    sentence_similarity,
+    text_classification,
+    token_classification,
+    zero_shot_classification,
+)
+from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler, TaskUnit
 from service.tasks.feature_extraction import (
     Embedding,
     EmbeddingParams,
@@ -18,18 +31,30 @@ from service.tasks.text_classification import ClassificationInput, Classificatio
 from service.tasks.token_classification import TokenClassificationHandler, TokenClassificationParams, WordsInput
 from service.tasks.zero_shot_classification import ZeroShotClassificationHandler, ZeroShotParams
 
-HANDLERS: dict[str, TaskHandler] = {
-    "text-classification": TextClassificationHandler(),
-    "question-answering": QuestionAnsweringHandler(),
-    "token-classification": TokenClassificationHandler(),
-    "fill-mask": FillMaskHandler(),
-    "feature-extraction": FeatureExtractionHandler(),
-    "rerank": RerankHandler(),
-    "zero-shot-classification": ZeroShotClassificationHandler(),
-}
+# In the order of their v1 routes in the OpenAPI document.
+UNITS: tuple[TaskUnit, ...] = (
+    text_classification.UNIT,
+    question_answering.UNIT,
+    token_classification.UNIT,
+    fill_mask.UNIT,
+    zero_shot_classification.UNIT,
+    sentence_similarity.UNIT,
+    feature_extraction.UNIT,
+    rerank.UNIT,
+)
+BY_TASK: dict[str, TaskUnit] = {unit.name: unit for unit in UNITS}
+HANDLERS: dict[str, TaskHandler] = {unit.name: unit.handler for unit in UNITS if unit.handler is not None}
+
+
+def unit_of(task: str) -> TaskUnit:
+    """The unit of a served task (a bundle's task with a handler); KeyError if none."""
+    return BY_TASK[task]
+
 
 __all__ = [
+    "BY_TASK",
     "HANDLERS",
+    "UNITS",
     "ClassificationInput",
     "ClassificationParams",
     "Embedding",
@@ -50,6 +75,7 @@ __all__ = [
     "SparseEmbedding",
     "SparseEmbeddingParams",
     "TaskHandler",
+    "TaskUnit",
     "TextClassificationHandler",
     "TokenClassificationHandler",
     "TokenClassificationParams",
@@ -58,4 +84,5 @@ __all__ = [
     "WordsInput",
     "ZeroShotClassificationHandler",
     "ZeroShotParams",
+    "unit_of",
 ]

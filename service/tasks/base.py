@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from contract.bundle import Bundle, BundleError
 from contract.decoding import DecodeInputError
+from contract.tasks import entailment_id
+from contract.word_decoding import window_stride
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +66,55 @@ class ModelContext:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt: str = ""
     token_embeddings: bool = False  # feature-extraction: the graph also gives its token states (TEI's /embed_all)
+    # Worked out once here, not per request: the NLI head's entailment label (zero-shot; None: none) and the
+    # default overlap of the windows over a long text (token classification).
+    entailment_id: int | None = field(init=False)
+    window_stride: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entailment_id", entailment_id(self.id2label))
+        object.__setattr__(self, "window_stride", window_stride(self.tokenizer, self.max_length))
+
+    @classmethod
+    def from_bundle(cls, bundle: Bundle, default_prompt: str = "") -> ModelContext:
+        """The handler's view of a bundle: its tokenizer (no padding, no truncation), label facts and prompts."""
+        spec = bundle.spec
+        try:
+            tokenizer = Tokenizer.from_file(str(bundle.tokenizer_path))
+        except Exception as exc:
+            raise BundleError(bundle.path, f"tokenizer.json cannot be loaded: {exc}") from exc
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+
+        def token_id(token: str) -> int:
+            found = tokenizer.token_to_id(token)
+            if found is None:
+                raise BundleError(bundle.path, f"tokenizer lacks the special token {token!r}")
+            return found
+
+        special = spec.special_tokens
+        return cls(
+            tokenizer=tokenizer,
+            max_length=spec.max_length,
+            id2label=dict(spec.id2label),
+            problem_type=spec.problem_type,
+            mask_token=special.mask_token,
+            mask_token_id=token_id(special.mask_token),
+            cls_token_id=token_id(special.cls_token),
+            sep_token_id=token_id(special.sep_token),
+            pad_token_id=token_id(special.pad_token),
+            unk_token_id=tokenizer.token_to_id(special.unk_token),
+            clean_up_tokenization_spaces=spec.clean_up_tokenization_spaces,
+            embedding_normalized=spec.normalize,
+            prompts=dict(spec.prompts),
+            token_embeddings="token_embeddings" in spec.outputs,
+            default_prompt=default_prompt,
+        )
 
 
-class InputError(ValueError):
-    """A request input the handler cannot process (empty text, no mask token, ...): a client error."""
+# A request input that a handler, or the decoding it shares with training (``contract.decoding``), cannot process
+# (empty text, no mask token, a stride out of range, ...): a client error, answered 400. One class for both.
+InputError = DecodeInputError
 
 
 class TaskHandler(Protocol):
@@ -83,6 +130,57 @@ class TaskHandler(Protocol):
     ) -> Any:
         """``outputs[i]`` belongs to ``prepared.sequences[i]``; token-level arrays are cut to its length."""
         ...
+
+
+def pipeline_answer(request: Any, results: list[Any], single: bool) -> Any:
+    """The HF Inference API's answer: one input's answer for one input, else the list."""
+    return results[0] if single else results
+
+
+@dataclass(frozen=True)
+class V1Route:
+    """The task's ``POST /v1/<task>``: its body, its answer's model and what the route says it does."""
+
+    request: type  # a service.schemas.common.TaskRequest
+    response: type  # a pydantic model of {"model", "results"}
+    description: str
+    results: Callable[[Any, list[Any]], list[Any]] | None = None  # (request, engine results) -> results; None: as is
+
+    def answer(self, decoded: Any, result: Any) -> dict[str, Any]:
+        """The route's JSON answer to ``decoded`` (``service.api.entry.Decoded``) from the engine's ``result``."""
+        results = result.results if self.results is None else self.results(decoded.request, result.results)
+        return {"model": result.model, "results": results}
+
+
+@dataclass(frozen=True)
+class HfMapping:
+    """How the Hugging Face Inference API's ``{"inputs", "parameters"}`` body reaches the task and its answer returns.
+
+    ``read``: (body) -> the request model and its fields, and whether the body counts as one input (default: the v1
+    request's fields are ``inputs`` and ``parameters``' members); ``answer``: (request, results, single) -> the
+    pipeline-shaped JSON."""
+
+    request: type
+    answer: Callable[[Any, list[Any], bool], Any] = pipeline_answer
+    read: Callable[[dict[str, Any]], tuple[type, dict[str, Any], bool]] | None = None
+
+
+@dataclass(frozen=True)
+class TaskUnit:
+    """Everything a task is: its module declares one, and engines, settings and protocols iterate
+    ``service.tasks.UNITS`` instead of naming tasks. Its defaults live in the contract's task table
+    (``contract.tasks``), which the request schema and the handler both read."""
+
+    name: str  # the task as v1 paths and OpenAPI tags name it
+    handler: TaskHandler | None = None  # None: served by another task's engines (its request's ``task``)
+    v1: V1Route | None = None
+    hf: HfMapping | None = None
+    # The request limits' settings (their values, flags and env variables follow from the names).
+    max_inputs_setting: str = "max_inputs_per_request"
+    max_tokens_setting: str = "max_request_tokens"
+    prompts: bool = False  # takes sentence-transformers prompts (the bundle's default one is applied)
+    # One request may bring max_inputs rows (embeddings: thousands of texts): the model's queue holds one such.
+    queue_holds_a_request: bool = False
 
 
 _VOCABULARY_CACHE_SIZE = 32
@@ -195,12 +293,3 @@ def to_sequence(encoding: Encoding) -> ModelRow:
         input_ids=np.asarray(encoding.ids, dtype=np.int64),
         token_type_ids=np.asarray(encoding.type_ids, dtype=np.int64),
     )
-
-
-@contextmanager
-def as_input_error() -> Iterator[None]:
-    """The shared decode path's ``DecodeInputError`` is this service's ``InputError`` (a 400)."""
-    try:
-        yield
-    except DecodeInputError as exc:
-        raise InputError(str(exc)) from exc

@@ -8,33 +8,36 @@ leaves no room for the context is a client error.
 
 The windowing and decoding live in ``contract.decoding`` (torch-free), the one decode path that
 fine-tuning's evaluation scores through too; this handler validates parameters, turns windows into
-model rows and maps ``DecodeInputError`` to ``InputError``.
+model rows (its ``InputError`` is the contract's ``DecodeInputError``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from contract.decoding import QAWindows, check_room_for_context, decode_qa_answers, encode_question_contexts
 from contract.decoding import resolve_window as resolve_window_sizes
 from contract.tasks import task_spec
+from service.schemas.common import MAX_TOKENS, MAX_TOP_K, TaskRequest, examples
 from service.tasks.base import (
+    HfMapping,
     InputError,
     ModelContext,
     Prepared,
-    as_input_error,
+    TaskUnit,
+    V1Route,
+    pipeline_answer,
     require_text,
     require_top_k,
     to_sequence,
     truncating_tokenizer,
 )
 
-DEFAULTS = task_spec(
-    "question-answering"
-).pipeline_defaults  # stated once, in the task table
+DEFAULTS = task_spec("question-answering").pipeline_defaults  # stated once, in the task table
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +60,6 @@ class QAParams:
     score_aggregation: str = "sum"  # "max": equal answers of several windows keep the best score, in [0, 1]
 
 
-def resolve_window(ctx: ModelContext, params: QAParams) -> tuple[int, int]:
-    """``(max_seq_len, doc_stride)`` for this model, the pipeline's defaults where ``params`` has ``None``."""
-    with as_input_error():
-        return resolve_window_sizes(ctx.max_length, params.max_seq_len, params.doc_stride)
-
-
 def _check_postprocess_params(params: QAParams) -> None:
     require_top_k(params.top_k)
     require_top_k(params.max_answer_len, "max_answer_len")
@@ -73,31 +70,127 @@ class QuestionAnsweringHandler:
     output_names: tuple[str, ...] = task_spec("question-answering").outputs
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: QAParams) -> list[Prepared]:
-        _check_postprocess_params(params)
-        max_seq_len, doc_stride = resolve_window(ctx, params)
+        _check_postprocess_params(params)  # before any tokenizing: postprocess (decode_qa_answers) checks them too
+        max_seq_len, doc_stride = resolve_window_sizes(ctx.max_length, params.max_seq_len, params.doc_stride)
         pairs: list[tuple[str, str]] = []
         for item in inputs:
             if not isinstance(item, QAInput):
                 raise InputError("a question-answering input needs a question and a context")
             pairs.append((require_text(item.question, "question"), require_text(item.context, "context")))
-        with as_input_error():
-            check_room_for_context(ctx.tokenizer, pairs, max_seq_len, doc_stride)
-            tokenizer = truncating_tokenizer(ctx.tokenizer, max_seq_len, doc_stride, "only_second")
-            encoded = encode_question_contexts(tokenizer, pairs, ctx.cls_token_id)
+        check_room_for_context(ctx.tokenizer, pairs, max_seq_len, doc_stride)
+        tokenizer = truncating_tokenizer(ctx.tokenizer, max_seq_len, doc_stride, "only_second")
+        encoded = encode_question_contexts(tokenizer, pairs, ctx.cls_token_id)
         return [Prepared(sequences=[to_sequence(window) for window in item.windows], state=item) for item in encoded]
 
     def postprocess(
         self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: QAParams
     ) -> list[dict[str, Any]]:
-        _check_postprocess_params(params)
         encoded: QAWindows = prepared.state
-        with as_input_error():
-            return decode_qa_answers(
-                encoded,
-                [output["start_logits"] for output in outputs],
-                [output["end_logits"] for output in outputs],
-                top_k=params.top_k,
-                max_answer_len=params.max_answer_len,
-                handle_impossible_answer=params.handle_impossible_answer,
-                score_aggregation=params.score_aggregation,
-            )
+        return decode_qa_answers(
+            encoded,
+            [output["start_logits"] for output in outputs],
+            [output["end_logits"] for output in outputs],
+            top_k=params.top_k,
+            max_answer_len=params.max_answer_len,
+            handle_impossible_answer=params.handle_impossible_answer,
+            score_aggregation=params.score_aggregation,
+        )
+
+
+class QAPair(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    question: str
+    context: str
+
+
+class QuestionAnsweringRequest(TaskRequest):
+    model_config = examples(
+        {"inputs": {"question": "Where does John live?", "context": "John lives in Paris with his family."}},
+        {
+            "model": "squad",
+            "inputs": [{"question": "Who wrote it?", "context": "The book was written by Mary Smith."}],
+            "top_k": 3,
+            "handle_impossible_answer": True,
+        },
+    )
+    task: ClassVar[str] = "question-answering"
+
+    inputs: QAPair | Annotated[list[QAPair], Field(min_length=1)] = Field(
+        description="A {question, context} pair or a list of them."
+    )
+    top_k: int = Field(DEFAULTS["top_k"], ge=1, le=MAX_TOP_K, description="Answers per input.")
+    doc_stride: int | None = Field(
+        None, ge=0, le=MAX_TOKENS, description="Overlap of context windows; default min(max_seq_len // 2, 128)."
+    )
+    max_answer_len: int = Field(
+        DEFAULTS["max_answer_len"], ge=1, le=MAX_TOKENS, description="Longest answer, in tokens."
+    )
+    max_seq_len: int | None = Field(
+        None,
+        ge=2,
+        le=MAX_TOKENS,
+        description="Tokens per window, question included; default min(max length, 384).",
+    )
+    max_question_len: int = Field(DEFAULTS["max_question_len"], ge=1, le=MAX_TOKENS)
+    handle_impossible_answer: bool = Field(
+        DEFAULTS["handle_impossible_answer"], description="Allow the empty answer (SQuAD v2 style)."
+    )
+    score_aggregation: Literal["sum", "max"] = Field(
+        "sum",
+        description="How equal answers found in several windows (or spans) merge: sum adds their scores, as "
+        "transformers does, so a score can exceed 1; max keeps the best one, a probability in [0, 1].",
+    )
+
+    def input_list(self) -> list[QAPair]:
+        return self.inputs if isinstance(self.inputs, list) else [self.inputs]
+
+    def to_task(self) -> tuple[list[Any], QAParams]:
+        inputs = [QAInput(question=item.question, context=item.context) for item in self.input_list()]
+        params = QAParams(
+            top_k=self.top_k,
+            doc_stride=self.doc_stride,
+            max_answer_len=self.max_answer_len,
+            max_seq_len=self.max_seq_len,
+            max_question_len=self.max_question_len,
+            handle_impossible_answer=self.handle_impossible_answer,
+            score_aggregation=self.score_aggregation,
+        )
+        return inputs, params
+
+
+class QAAnswer(BaseModel):
+    answer: str
+    score: float = Field(
+        description="The answer's probability, summed over the windows and spans that found the same answer "
+        "(so it can exceed 1) unless score_aggregation is max."
+    )
+    start: int = Field(description="Character offset of the answer in the context.")
+    end: int = Field(description="Character offset just past the answer.")
+
+
+class QuestionAnsweringResponse(BaseModel):
+    model_config = examples(
+        {"model": "squad", "results": [[{"answer": "Paris", "score": 0.93, "start": 14, "end": 19}]]},
+    )
+
+    model: str
+    results: list[list[QAAnswer]] = Field(description="Per input (always a list), answers by score, best first.")
+
+
+def hf_answer(request: QuestionAnsweringRequest, results: list[Any], single: bool) -> Any:
+    """The pipeline's answer: an answer object when ``top_k`` is 1, else the list."""
+    answers = [result[0] for result in results] if request.top_k == 1 else results
+    return pipeline_answer(request, answers, single)
+
+
+UNIT = TaskUnit(
+    "question-answering",
+    QuestionAnsweringHandler(),
+    V1Route(
+        QuestionAnsweringRequest,
+        QuestionAnsweringResponse,
+        "Extract answer spans from contexts (transformers' question-answering pipeline semantics).",
+    ),
+    HfMapping(QuestionAnsweringRequest, answer=hf_answer),
+)

@@ -11,16 +11,20 @@ before the score function.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
-from contract.decoding import with_windows
 from contract.tasks import task_spec
+from service.schemas.common import MAX_TOP_K, TaskRequest, examples
 from service.tasks.base import (
+    HfMapping,
     InputError,
     ModelContext,
     Prepared,
+    TaskUnit,
+    V1Route,
     encode_batch,
     require_fit,
     require_text,
@@ -31,9 +35,7 @@ from service.tasks.base import (
     truncating_tokenizer,
 )
 
-DEFAULTS = task_spec(
-    "text-classification"
-).pipeline_defaults  # stated once, in the task table
+DEFAULTS = task_spec("text-classification").pipeline_defaults  # stated once, in the task table
 
 ClassificationInput = str | tuple[str, str]
 FUNCTIONS = ("sigmoid", "softmax", "none")
@@ -97,7 +99,7 @@ class TextClassificationHandler:
             tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length)
             prepared = []
             for encoding in encode_batch(tokenizer, texts, "text"):
-                windows = with_windows(encoding)
+                windows = [encoding, *encoding.overflowing]  # transformers' order
                 weights = np.array([len(window.ids) for window in windows], dtype=np.float64)
                 prepared.append(Prepared([to_sequence(window) for window in windows], state=weights / weights.sum()))
             return prepared
@@ -116,7 +118,8 @@ class TextClassificationHandler:
     def postprocess(
         self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: ClassificationParams
     ) -> list[dict[str, Any]]:
-        function = _check_params(params) or default_function(ctx)
+        # checked in prepare: the request's function, lower-cased, else transformers' choice
+        function = params.function_to_apply.lower() if params.function_to_apply else default_function(ctx)
         if prepared.state is None:
             logits = np.asarray(outputs[0]["logits"])
         else:  # windows of one long input: their logits averaged, weighted by window length
@@ -134,3 +137,83 @@ class TextClassificationHandler:
         ]
         results.sort(key=lambda result: result["score"], reverse=True)
         return results if params.top_k is None else results[: params.top_k]
+
+
+class TextPair(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: str
+    text_pair: str
+
+
+TextInput = str | TextPair
+
+
+class TextClassificationRequest(TaskRequest):
+    model_config = examples(
+        {"inputs": "A wonderful, moving film."},
+        {"model": "sst2", "inputs": ["Great acting.", "Dull and far too long."], "top_k": 2},
+        {"inputs": {"text": "A man is eating.", "text_pair": "Someone eats food."}, "top_k": None},
+        {"inputs": "A long review that goes on and on ...", "long_text": "chunk"},
+    )
+    task: ClassVar[str] = "text-classification"
+
+    inputs: TextInput | Annotated[list[TextInput], Field(min_length=1)] = Field(
+        description="A text, a {text, text_pair} pair, or a list of either."
+    )
+    top_k: int | None = Field(
+        DEFAULTS["top_k"], ge=1, le=MAX_TOP_K, description="How many labels per input; null for all labels."
+    )
+    function_to_apply: Literal["softmax", "sigmoid", "none"] | None = Field(
+        DEFAULTS["function_to_apply"],
+        description="Score function; default as transformers picks it (softmax, or sigmoid for multi-label).",
+    )
+
+    truncation: bool = Field(
+        False,
+        description="Cut an input longer than the model's max length to fit (as transformers' truncation=True); "
+        "without it (and without long_text) such an input is a 400 naming its length.",
+    )
+    long_text: Literal["chunk"] | None = Field(
+        None,
+        description='"chunk": classify an input longer than the model\'s max length in windows of max length tokens, '
+        "their logits averaged (weighted by window length); excludes truncation.",
+    )
+
+    def input_list(self) -> list[TextInput]:
+        return self.inputs if isinstance(self.inputs, list) else [self.inputs]
+
+    def to_task(self) -> tuple[list[Any], ClassificationParams]:
+        inputs = [item if isinstance(item, str) else (item.text, item.text_pair) for item in self.input_list()]
+        params = ClassificationParams(
+            top_k=self.top_k,
+            function_to_apply=self.function_to_apply,
+            truncation=self.truncation,
+            long_text=self.long_text,
+        )
+        return inputs, params
+
+
+class LabelScore(BaseModel):
+    label: str
+    score: float
+
+
+class TextClassificationResponse(BaseModel):
+    model_config = examples({"model": "sst2", "results": [[{"label": "positive", "score": 0.998}]]})
+
+    model: str
+    results: list[list[LabelScore]] = Field(description="Per input (always a list), labels by score, best first.")
+
+
+UNIT = TaskUnit(
+    "text-classification",
+    TextClassificationHandler(),
+    V1Route(
+        TextClassificationRequest,
+        TextClassificationResponse,
+        "Label texts or text pairs (transformers' text-classification pipeline semantics).",
+    ),
+    # A list of labels per input, also for one text: what huggingface_hub's client reads.
+    HfMapping(TextClassificationRequest, answer=lambda request, results, single: results),
+)

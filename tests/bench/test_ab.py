@@ -9,17 +9,13 @@ import pytest
 
 from benchmarks.ab import protocol_requests
 from service.oip import LAYOUTS, decode_inputs
-from service.schemas import (
-    EmbeddingsRequest,
-    QuestionAnsweringRequest,
-    RerankRequest,
-    TeiEmbedRequest,
-    TeiRerankRequest,
-    TextClassificationRequest,
-    TokenClassificationRequest,
-)
 from service.schemas.common import TaskRequest
 from service.schemas.v2 import V2InferRequest
+from service.tasks.feature_extraction import EmbeddingsRequest, TeiEmbedRequest
+from service.tasks.question_answering import QuestionAnsweringRequest
+from service.tasks.rerank import RerankRequest, TeiRerankRequest
+from service.tasks.text_classification import TextClassificationRequest
+from service.tasks.token_classification import TokenClassificationRequest
 
 # a body of each load as benchmarks.loads.bertserve_loads writes it, its v1 request model and its model's task
 LOADS: dict[str, tuple[dict[str, Any], type[TaskRequest], str]] = {

@@ -21,13 +21,15 @@ from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 from starlette.exceptions import HTTPException
 
-from service.api.entry import is_json_media_type, validated_json_body, validation_error
+from service.api.bodies import is_json_media_type, validated_json_body, validation_error
 from service.api.protocols import INFERENCE_ROUTES
 from service.app import create_app
 from service.errors import BadRequest, ServiceError, speaks_v2
-from service.schemas import EmbeddingsRequest, TextClassificationRequest, TokenClassificationRequest
 from service.schemas.common import TaskRequest
 from service.settings import Settings
+from service.tasks.feature_extraction import EmbeddingsRequest
+from service.tasks.text_classification import TextClassificationRequest
+from service.tasks.token_classification import TokenClassificationRequest
 from tests.service.apptools import ready_client, request_body
 from tests.service.tiny_models import TinyModel
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from service.api.entry import MAX_DEPTH, MAX_ITEMS, MAX_NUMBER_CHARS, parse_json
+from service.api.bodies import MAX_DEPTH, MAX_ITEMS, MAX_NUMBER_CHARS, parse_json
 from service.errors import BadRequest
 
 

@@ -15,7 +15,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.schemas.common import TaskRequest, examples
-from service.tasks import Embedding, EmbeddingParams
+from service.tasks.base import TaskUnit, V1Route
+from service.tasks.feature_extraction import Embedding, EmbeddingParams
 
 SOURCE = {"source_sentence": "A man is eating food.", "sentences": ["A man eats.", "A dog runs in the park."]}
 
@@ -112,3 +113,15 @@ class SentenceSimilarityResponse(BaseModel):
 
     model: str
     results: list[list[float]] = Field(description="Per input, the cosine of the source with each sentence, in order.")
+
+
+UNIT = TaskUnit(
+    "sentence-similarity",
+    v1=V1Route(
+        SentenceSimilarityRequest,
+        SentenceSimilarityResponse,
+        "The cosine of a source sentence with each of a list, with an embeddings model (sentence-transformers'\n"
+        "`similarity`).",
+        results=lambda request, results: request.similarities(results),
+    ),
+)
