@@ -36,6 +36,16 @@ class TaskSpec:
     # Outputs a graph may add after ``outputs``, in this order, when its export asked for them.
     optional_outputs: tuple[str, ...] = ()
 
+    @property
+    def head(self) -> str:
+        """The head's class without its family (``ForSequenceClassification``, ``Model``: the bare encoder)."""
+        return self.architecture.removeprefix("Bert")
+
+    @property
+    def auto_class(self) -> str:
+        """transformers' Auto class of the head (feature-extraction's ``AutoModel`` pools the encoder's states)."""
+        return "AutoModel" + (self.head if self.head != "Model" else "")
+
     def is_token_level(self, output: str) -> bool:
         return output in self.token_level
 

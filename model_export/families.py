@@ -19,7 +19,7 @@ from typing import Any
 from torch import nn
 
 from contract.files import read_json
-from contract.tasks import INPUT_NAMES, TASKS, task_for_architecture
+from contract.tasks import INPUT_NAMES, TASKS, task_for_architecture, task_spec
 from model_export.validate import ExportError
 from training.checkpoint import CheckpointError, load_config, load_model
 
@@ -51,16 +51,6 @@ FAMILIES: dict[str, Family] = {
         Family("mpnet", "MPNet", "transformers", True, False),
         Family("modernbert", "ModernBERT", "transformers", False, False),
     )
-}
-# transformers' Auto class for each task's head (feature-extraction pools the bare encoder's token states).
-AUTO_CLASSES = {
-    "text-classification": "AutoModelForSequenceClassification",
-    "rerank": "AutoModelForSequenceClassification",
-    "zero-shot-classification": "AutoModelForSequenceClassification",
-    "token-classification": "AutoModelForTokenClassification",
-    "question-answering": "AutoModelForQuestionAnswering",
-    "fill-mask": "AutoModelForMaskedLM",
-    "feature-extraction": "AutoModel",
 }
 # Weights a head's graph never reads, so a checkpoint may lack them: the bare encoder's pooler (sentence embeddings
 # pool token states themselves) and position-id buffers some versions save and others do not.
@@ -180,7 +170,7 @@ def load_for_export(folder: Path, facts: CheckpointFacts, task: str) -> nn.Modul
             raise ExportError(str(error)) from error
     import transformers
 
-    auto_class = getattr(transformers, AUTO_CLASSES[task])
+    auto_class = getattr(transformers, task_spec(task).auto_class)
     try:
         model, loading = auto_class.from_pretrained(
             str(folder), local_files_only=True, attn_implementation="eager", output_loading_info=True

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.tasks import task_spec
+
 WORDS = """
 the a an of to in for with on at by from as and or but is are was were be been have has had do does did not no yes
 i you he she it we they me him her us them my your his its our their this that these those there here what who
@@ -100,13 +102,8 @@ KITS: dict[str, FamilyKit] = {
     )
 }  # fmt: skip
 
-HEADS = {
-    "text-classification": "ForSequenceClassification",
-    "token-classification": "ForTokenClassification",
-    "question-answering": "ForQuestionAnswering",
-    "fill-mask": "ForMaskedLM",
-    "feature-extraction": "Model",
-}
+# The heads this builder makes test checkpoints for (each task's head class is the task table's).
+BUILT_TASKS = ("text-classification", "token-classification", "question-answering", "fill-mask", "feature-extraction")
 LABELS = {
     "text-classification": ["negative", "positive"],
     "token-classification": ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"],
@@ -234,7 +231,7 @@ def build_family_checkpoint(
     if model_type in ("roberta", "xlm-roberta", "camembert", "mpnet"):
         config.bos_token_id, config.eos_token_id = tokenizer.cls_token_id, tokenizer.sep_token_id
     torch.manual_seed(seed)
-    model = getattr(transformers, kit.prefix + HEADS[task])(config).eval()
+    model = getattr(transformers, kit.prefix + task_spec(task).head)(config).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             # Random biases and norms, so that a graph that drops one is caught by parity.
@@ -260,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m model_export.family_checkpoints", description=__doc__)
     parser.add_argument("model_type", choices=sorted(KITS))
-    parser.add_argument("task", choices=sorted(HEADS))
+    parser.add_argument("task", choices=sorted(BUILT_TASKS))
     parser.add_argument("out", type=Path)
     parser.add_argument("--base", action="store_true", help=f"base-sized layers ({', '.join(BASE_SIZES)})")
     args = parser.parse_args(argv)

@@ -37,6 +37,7 @@ from service.errors import BadRequest, ClientClosedRequest, ModelNotFound, Paylo
 from service.metrics import ServiceMetrics
 from service.runtime import release_free_memory
 from service.settings import Settings
+from service.tasks import BY_TASK
 
 if TYPE_CHECKING:
     from service.engine import Engine
@@ -156,13 +157,15 @@ async def run_inference(
     engine: Engine | None = None,
 ) -> InferenceResult:
     """Select the engine (unless the protocol chose ``engine``: an OIP v2 path names it), enforce the task's input
-    limit (``Engine.max_inputs``, from its task unit: ``max_inputs_per_request``, ``max_embedding_inputs``), infer;
+    limit (its task unit's: ``max_inputs_per_request``, ``max_embedding_inputs``), infer;
     cancelled if ``client_gone`` returns first."""
     # No shutting_down check here: after SIGTERM uvicorn accepts no new connections, and a request already
     # sent on an open one is answered; the engines refuse work only once the lifespan stops them.
     if engine is None:
         engine = registry.select(request.task, request.model)
-    (setting, limit), count = engine.max_inputs, len(request.inputs)
+    unit = BY_TASK.get(request.task)
+    setting = unit.max_inputs_setting if unit is not None else "max_inputs_per_request"
+    count, limit = len(request.inputs), getattr(settings, setting)
     if count > limit:
         raise PayloadTooLarge(f"{count} inputs in one request; the limit is {limit} ({Settings.named(setting)})")
     work = engine.infer(request.inputs, engine.with_request_defaults(request.params, request.explicit))

@@ -14,7 +14,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from service.api.entry import encode_json
+from service.api.bodies import encode_json
 from service.errors import HeadersTooLarge
 
 

@@ -1,4 +1,5 @@
-"""How a request's JSON body is read and validated, on every inference route of every protocol.
+"""How a request's JSON body is read and validated, on every inference route of every protocol, and how JSON
+answers are written (``encode_json``: compact UTF-8, as Starlette's JSONResponse writes them).
 
 ## Bodies that do not parse or validate
 
@@ -46,6 +47,21 @@ from pydantic import BaseModel, ValidationError
 from service.errors import BadRequest, InvalidRequest, ServiceError, UnsupportedMediaType
 
 JSON_MEDIA_TYPE = "application/json"
+
+
+def _to_builtin(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def encode_json(payload: Any) -> bytes:
+    """Compact UTF-8 JSON; numpy scalars and arrays as numbers and lists."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=_to_builtin).encode()
+
+
 MAX_LISTED_PROBLEMS = 5
 # Past this many problems they are counted, not listed: pydantic turns each into a dict (~4 us), and a body of
 # wrongly typed items brings one or two per item.

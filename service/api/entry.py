@@ -22,18 +22,16 @@ JSONResponse writes them, so a body written here is byte for byte the body a Fas
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from fastapi import APIRouter
 from starlette.routing import BaseRoute, compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.bodies import JSON_MEDIA_TYPE, validated_json_body
+from service.api.bodies import JSON_MEDIA_TYPE, encode_json, validated_json_body
 from service.api.error_docs import TASK_ERROR_RESPONSES
 from service.core import InferenceRequest, InferenceResult, ModelRegistry, run_inference
 from service.errors import PayloadTooLarge, ServiceError
@@ -41,19 +39,6 @@ from service.schemas.common import TaskRequest
 
 if TYPE_CHECKING:
     from service.engine import Engine
-
-
-def _to_builtin(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def encode_json(payload: Any) -> bytes:
-    """Compact UTF-8 JSON; numpy scalars and arrays as numbers and lists."""
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=_to_builtin).encode()
 
 
 async def send_body(

@@ -5,7 +5,7 @@ model readiness (FastAPI's routes, ``router``), and inference with JSON or binar
 routes). Every model is version ``1``. Errors on these paths have the protocol's body ``{"error": "message"}``
 (``service.errors.error_body`` chooses it by path).
 
-An infer request becomes the named model's task request (``service.oip.LAYOUTS``: the input tensors fill its
+An infer request becomes the named model's task request (``service.tasks.LAYOUTS``: the input tensors fill its
 inputs, ``parameters`` its options, the task's v1 model validates the lot) and its results the output tensors.
 """
 
@@ -28,7 +28,6 @@ from service.errors import BadRequest, ModelNotFound, NotReady, ServiceError, Un
 from service.oip import (
     EXTENSIONS,
     HEADER_LENGTH,
-    LAYOUTS,
     OutputTensor,
     TaskLayout,
     decode_inputs,
@@ -47,6 +46,7 @@ from service.schemas.v2 import (
     V2ServerMetadata,
     inline_json_schema,
 )
+from service.tasks import LAYOUTS
 
 router = APIRouter(prefix="/v2", tags=["v2"])
 

@@ -5,6 +5,7 @@ iterate ``UNITS``. To add a task: write its module here, add its defaults to ``c
 
 from __future__ import annotations
 
+from service.oip.layouts import TaskLayout
 from service.tasks import (
     feature_extraction,
     fill_mask,
@@ -43,6 +44,7 @@ UNITS: tuple[TaskUnit, ...] = (
     rerank.UNIT,
 )
 BY_TASK: dict[str, TaskUnit] = {unit.name: unit for unit in UNITS}
+LAYOUTS: dict[str, TaskLayout] = {unit.name: unit.oip for unit in UNITS if unit.oip is not None}
 HANDLERS: dict[str, TaskHandler] = {unit.name: unit.handler for unit in UNITS if unit.handler is not None}
 
 
@@ -54,6 +56,7 @@ def unit_of(task: str) -> TaskUnit:
 __all__ = [
     "BY_TASK",
     "HANDLERS",
+    "LAYOUTS",
     "UNITS",
     "ClassificationInput",
     "ClassificationParams",

@@ -175,6 +175,7 @@ class TaskUnit:
     handler: TaskHandler | None = None  # None: served by another task's engines (its request's ``task``)
     v1: V1Route | None = None
     hf: HfMapping | None = None
+    oip: Any = None  # its service.oip.layouts.TaskLayout: the Open Inference Protocol's tensors (None: not served)
     # The request limits' settings (their values, flags and env variables follow from the names).
     max_inputs_setting: str = "max_inputs_per_request"
     max_tokens_setting: str = "max_request_tokens"

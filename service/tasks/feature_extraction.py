@@ -17,6 +17,14 @@ import numpy as np
 from pydantic import BaseModel, Field, RootModel
 
 from contract.tasks import task_spec
+from service.oip.codec import OutputTensor
+from service.oip.layouts import (
+    BATCH,
+    TEXT,
+    TaskLayout,
+    TensorSpec,
+    texts_body,
+)
 from service.schemas.common import TaskRequest, examples
 from service.tasks.base import (
     HfMapping,
@@ -303,6 +311,21 @@ def hf_answer(request: TaskRequest, results: list[Any], single: bool) -> Any:
     return [item.vector for item in results]
 
 
+def oip_embedding_tensors(request: Any, results: list[Any]) -> list[OutputTensor]:
+    vectors = np.stack([np.asarray(item.vector, dtype=np.float32) for item in results])
+    return [OutputTensor("embedding", "FP32", vectors.shape, vectors.reshape(-1))]
+
+
+OIP = TaskLayout(
+    TeiEmbedRequest,
+    inputs=(TEXT,),
+    outputs=(TensorSpec("embedding", "FP32", (BATCH, BATCH)),),
+    options=("normalize", "truncate", "truncation_direction"),
+    body=texts_body,
+    tensors=oip_embedding_tensors,
+)
+
+
 UNIT = TaskUnit(
     "feature-extraction",
     FeatureExtractionHandler(),
@@ -311,4 +334,5 @@ UNIT = TaskUnit(
     max_tokens_setting="max_embedding_tokens",
     prompts=True,
     queue_holds_a_request=True,
+    oip=OIP,
 )

@@ -23,6 +23,13 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from contract.tasks import task_spec
+from service.oip.layouts import (
+    TEXT,
+    TaskLayout,
+    TensorSpec,
+    json_per_item,
+    texts_body,
+)
 from service.schemas.common import MAX_TOP_K, TaskRequest, examples
 from service.tasks.base import (
     HfMapping,
@@ -220,6 +227,16 @@ def hf_answer(request: FillMaskRequest, results: list[Any], single: bool) -> Any
     return pipeline_answer(request, [result[0] if len(result) == 1 else result for result in results], single)
 
 
+OIP = TaskLayout(
+    FillMaskRequest,
+    inputs=(TEXT, TensorSpec("targets", "BYTES", required=False)),
+    outputs=(TensorSpec("predictions", "BYTES"),),
+    options=("top_k",),
+    body=lambda tensors: texts_body(tensors, "targets"),
+    tensors=json_per_item("predictions"),
+)
+
+
 UNIT = TaskUnit(
     "fill-mask",
     FillMaskHandler(),
@@ -229,4 +246,5 @@ UNIT = TaskUnit(
         "Predict the tokens behind mask tokens (transformers' fill-mask pipeline semantics).",
     ),
     HfMapping(FillMaskRequest, answer=hf_answer),
+    oip=OIP,
 )

@@ -22,6 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from contract.decoding import QAWindows, check_room_for_context, decode_qa_answers, encode_question_contexts
 from contract.decoding import resolve_window as resolve_window_sizes
 from contract.tasks import task_spec
+from service.oip.codec import OutputTensor
+from service.oip.layouts import (
+    TaskLayout,
+    Tensors,
+    TensorSpec,
+    batch,
+)
 from service.schemas.common import MAX_TOKENS, MAX_TOP_K, TaskRequest, examples
 from service.tasks.base import (
     HfMapping,
@@ -184,6 +191,46 @@ def hf_answer(request: QuestionAnsweringRequest, results: list[Any], single: boo
     return pipeline_answer(request, answers, single)
 
 
+def oip_qa_body(tensors: Tensors) -> dict[str, Any]:
+    questions, contexts = batch(tensors, "question", "context")
+    return {"inputs": [{"question": q, "context": c} for q, c in zip(questions, contexts, strict=True)]}
+
+
+def oip_qa_tensors(request: Any, results: list[Any]) -> list[OutputTensor]:
+    answers = [answer for result in results for answer in result]
+    flat = (len(answers),)
+    return [
+        OutputTensor("answer", "BYTES", flat, [answer["answer"] for answer in answers]),
+        OutputTensor("score", "FP32", flat, np.asarray([a["score"] for a in answers], dtype=np.float32)),
+        OutputTensor("start", "INT64", flat, np.asarray([a["start"] for a in answers], dtype=np.int64)),
+        OutputTensor("end", "INT64", flat, np.asarray([a["end"] for a in answers], dtype=np.int64)),
+        OutputTensor("answer_count", "INT64", (len(results),), np.asarray([len(r) for r in results], dtype=np.int64)),
+    ]
+
+
+OIP = TaskLayout(
+    QuestionAnsweringRequest,
+    inputs=(TensorSpec("question", "BYTES"), TensorSpec("context", "BYTES")),
+    outputs=(
+        TensorSpec("answer", "BYTES"),
+        TensorSpec("score", "FP32"),
+        TensorSpec("start", "INT64"),
+        TensorSpec("end", "INT64"),
+        TensorSpec("answer_count", "INT64"),
+    ),
+    options=(
+        "top_k",
+        "doc_stride",
+        "max_answer_len",
+        "max_seq_len",
+        "max_question_len",
+        "handle_impossible_answer",
+    ),
+    body=oip_qa_body,
+    tensors=oip_qa_tensors,
+)
+
+
 UNIT = TaskUnit(
     "question-answering",
     QuestionAnsweringHandler(),
@@ -193,4 +240,5 @@ UNIT = TaskUnit(
         "Extract answer spans from contexts (transformers' question-answering pipeline semantics).",
     ),
     HfMapping(QuestionAnsweringRequest, answer=hf_answer),
+    oip=OIP,
 )

@@ -17,6 +17,13 @@ import numpy as np
 from pydantic import BaseModel, Field, RootModel
 
 from contract.tasks import task_spec
+from service.errors import BadRequest
+from service.oip.codec import OutputTensor
+from service.oip.layouts import (
+    TaskLayout,
+    Tensors,
+    TensorSpec,
+)
 from service.schemas.common import MAX_TOP_K, TaskRequest, examples
 from service.tasks.base import (
     InputError,
@@ -235,4 +242,29 @@ class TeiRerankResponse(RootModel[list[TeiRank]]):
     model_config = examples([{"index": 0, "score": 0.998}, {"index": 1, "score": 0.004}])
 
 
-UNIT = TaskUnit("rerank", RerankHandler())
+def oip_rerank_body(tensors: Tensors) -> dict[str, Any]:
+    query = tensors["query"]
+    if len(query) != 1:
+        raise BadRequest(f"input 'query' holds one text, not {len(query)}")
+    return {"query": query[0], "documents": tensors["documents"]}
+
+
+def oip_rerank_tensors(request: Any, results: list[Any]) -> list[OutputTensor]:
+    order = rank([item.score for item in results], request.top_n)
+    return [
+        OutputTensor("index", "INT64", (len(order),), np.asarray(order, dtype=np.int64)),
+        OutputTensor("relevance_score", "FP32", (len(order),), np.asarray([results[i].score for i in order])),
+    ]
+
+
+OIP = TaskLayout(
+    RerankRequest,
+    inputs=(TensorSpec("query", "BYTES", (1,)), TensorSpec("documents", "BYTES")),
+    outputs=(TensorSpec("index", "INT64"), TensorSpec("relevance_score", "FP32")),
+    options=("top_n",),
+    body=oip_rerank_body,
+    tensors=oip_rerank_tensors,
+)
+
+
+UNIT = TaskUnit("rerank", RerankHandler(), oip=OIP)

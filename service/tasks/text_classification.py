@@ -17,6 +17,16 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from contract.tasks import task_spec
+from service.oip.codec import OutputTensor
+from service.oip.layouts import (
+    LABELS,
+    TEXT,
+    TaskLayout,
+    Tensors,
+    TensorSpec,
+    batch,
+    labels_and_scores,
+)
 from service.schemas.common import MAX_TOP_K, TaskRequest, examples
 from service.tasks.base import (
     HfMapping,
@@ -206,6 +216,28 @@ class TextClassificationResponse(BaseModel):
     results: list[list[LabelScore]] = Field(description="Per input (always a list), labels by score, best first.")
 
 
+def oip_classification_body(tensors: Tensors) -> dict[str, Any]:
+    texts, *pairs = batch(tensors, "text", "text_pair")
+    if pairs:
+        return {"inputs": [{"text": text, "text_pair": pair} for text, pair in zip(texts, pairs[0], strict=True)]}
+    return {"inputs": texts}
+
+
+def oip_classification_tensors(request: Any, results: list[Any]) -> list[OutputTensor]:
+    rows = [[item["label"] for item in result] for result in results]
+    return labels_and_scores(rows, [[item["score"] for item in result] for result in results])
+
+
+OIP = TaskLayout(
+    TextClassificationRequest,
+    inputs=(TEXT, TensorSpec("text_pair", "BYTES", required=False)),
+    outputs=LABELS,
+    options=("top_k", "function_to_apply"),
+    body=oip_classification_body,
+    tensors=oip_classification_tensors,
+)
+
+
 UNIT = TaskUnit(
     "text-classification",
     TextClassificationHandler(),
@@ -216,4 +248,5 @@ UNIT = TaskUnit(
     ),
     # A list of labels per input, also for one text: what huggingface_hub's client reads.
     HfMapping(TextClassificationRequest, answer=lambda request, results, single: results),
+    oip=OIP,
 )

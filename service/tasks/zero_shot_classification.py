@@ -19,6 +19,15 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from contract.tasks import task_spec
+from service.oip.codec import OutputTensor
+from service.oip.layouts import (
+    LABELS,
+    TEXT,
+    TaskLayout,
+    TensorSpec,
+    labels_and_scores,
+    texts_body,
+)
 from service.schemas.common import TaskRequest, examples
 from service.tasks.base import (
     HfMapping,
@@ -201,6 +210,20 @@ class ZeroShotClassificationResponse(BaseModel):
     results: list[ZeroShotResult] = Field(description="Per input (always a list), its labels by score, best first.")
 
 
+def oip_zero_shot_tensors(request: Any, results: list[Any]) -> list[OutputTensor]:
+    return labels_and_scores([item["labels"] for item in results], [item["scores"] for item in results])
+
+
+OIP = TaskLayout(
+    ZeroShotClassificationRequest,
+    inputs=(TEXT, TensorSpec("candidate_labels", "BYTES", required=False)),
+    outputs=LABELS,
+    options=("candidate_labels", "hypothesis_template", "multi_label"),
+    body=lambda tensors: texts_body(tensors, "candidate_labels"),
+    tensors=oip_zero_shot_tensors,
+)
+
+
 UNIT = TaskUnit(
     "zero-shot-classification",
     ZeroShotClassificationHandler(),
@@ -210,4 +233,5 @@ UNIT = TaskUnit(
         "Score texts against labels chosen per request with an NLI model (transformers' zero-shot pipeline).",
     ),
     HfMapping(ZeroShotClassificationRequest),
+    oip=OIP,
 )

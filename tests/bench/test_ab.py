@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from benchmarks.ab import protocol_requests
-from service.oip import LAYOUTS, decode_inputs
+from service.oip import decode_inputs
 from service.schemas.common import TaskRequest
 from service.schemas.v2 import V2InferRequest
+from service.tasks import LAYOUTS
 from service.tasks.feature_extraction import EmbeddingsRequest, TeiEmbedRequest
 from service.tasks.question_answering import QuestionAnsweringRequest
 from service.tasks.rerank import RerankRequest, TeiRerankRequest

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from contract.tasks import TASK_NAMES
-from service.oip import LAYOUTS
 from service.settings import Settings
+from service.tasks import LAYOUTS
 from tests.service.apptools import free_port, real_server
 from tests.service.tiny_models import TinyModel
 
