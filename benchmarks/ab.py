@@ -20,7 +20,6 @@ a tree imports that tree's ``service`` and ``model_export``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shlex
@@ -34,6 +33,7 @@ from typing import Any
 from benchmarks import loadgen, servers
 from benchmarks.datasets import REPO_ROOT
 from benchmarks.loads import bertserve_loads, bertserve_path
+from benchmarks.report import load_average, write_report
 
 log = logging.getLogger("benchmarks.ab")
 LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "ab-logs"
@@ -193,12 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model, "path": path, "labels": labels, "trees": described,
         "rounds": args.rounds, "duration_s": args.duration, "warmup_s": args.warmup, "server_args": args.server_args,
         "points": points, "verdict": verdict(points, labels, args.concurrency),
-        "load_avg": {"start": [round(v, 2) for v in load_at_start], "end": [round(v, 2) for v in os.getloadavg()]},
+        "load_avg": load_average(load_at_start),
     }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(summary))
-    sys.stdout.write(markdown(summary))
+    write_report(args.out, summary, markdown(summary))
     return 0
 
 

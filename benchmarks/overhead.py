@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import logging
 import os
 import re
@@ -35,6 +34,7 @@ from typing import Any
 from benchmarks import loadgen, profile, raw_ort, servers
 from benchmarks.datasets import REPO_ROOT
 from benchmarks.loads import ROUTES, bertserve_loads, bertserve_path, load_inputs
+from benchmarks.report import load_average, write_report
 
 log = logging.getLogger("benchmarks.overhead")
 LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "overhead-logs"
@@ -175,12 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.ab import revision
 
     report = {"tree": revision(REPO_ROOT), "duration_s": args.duration, "models": models,
-              "load_avg": {"start": [round(v, 2) for v in load_at_start],
-                           "end": [round(v, 2) for v in os.getloadavg()]}}  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(report))
-    sys.stdout.write(markdown(report))
+              "load_avg": load_average(load_at_start)}  # fmt: skip
+    write_report(args.out, report, markdown(report))
     return 0
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,19 @@ TASK_TITLES = {
 }  # fmt: skip
 CHUNK_SORTED, GLOBAL_SORTED = "chunk-sorted", "global-sorted"  # raw_ort's two bounds
 RAW_KEYS = {CHUNK_SORTED: "raw", GLOBAL_SORTED: "raw_global"}  # how ratios name them
+
+
+def load_average(at_start: tuple[float, float, float]) -> dict[str, list[float]]:
+    """The load average at a run's start (read then) and now, at its end: a run says what else was running."""
+    return {"start": [round(v, 2) for v in at_start], "end": [round(v, 2) for v in os.getloadavg()]}
+
+
+def write_report(out: Path, figures: dict[str, Any], text: str) -> None:
+    """``out``.json (the figures) and ``out``.md (``text``, also on stdout): what a benchmark commits."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
+    out.with_suffix(".md").write_text(text)
+    sys.stdout.write(text)
 
 
 def raw_method(raw: dict[str, Any]) -> str:
