@@ -42,6 +42,7 @@ import httpx
 from benchmarks import raw_ort, servers
 from benchmarks.big_models_report import markdown
 from benchmarks.datasets import DATA_DIR_ENV, REPO_ROOT, DataDirNotFound
+from benchmarks.gpu_torch import timed
 from benchmarks.overload_client import Tally, closed_loop, percentile, rss_bytes, wait_idle
 from benchmarks.overload_loads import FALLBACK_TEXTS, bundle_tokenizer, texts_of_tokens, wikitext_text
 from benchmarks.random_bert import SIZES, ensure_checkpoint, export
@@ -82,17 +83,6 @@ def length_inputs(bundle: Path, lengths: list[int], count: int = INPUTS_PER_LENG
     return {length: texts_of_tokens(tokenizer, text, length, count) for length in lengths}
 
 
-def timed_passes(run: Any, seconds: float, minimum: int = 1) -> list[float]:
-    """Call ``run()`` until ``seconds`` have passed (at least ``minimum`` times): each call's seconds."""
-    times: list[float] = []
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline or len(times) < minimum:
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return times
-
-
 def measure_raw(bundle: Path, texts: list[str], batch_sizes: list[int], seconds: float) -> dict[str, Any]:
     """Raw ORT on ``texts``: throughput per batch size (``seconds`` shared between them) and the batch-1 median."""
     tokenizer = raw_ort.bundle_tokenizer(bundle, TASK)
@@ -108,10 +98,10 @@ def measure_raw(bundle: Path, texts: list[str], batch_sizes: list[int], seconds:
             offset += size
             raw_ort.one_pass(session, tokenizer, TASK, batch, size)
 
-        times = timed_passes(one_batch, seconds / len(batch_sizes))
+        times = timed(one_batch, seconds / len(batch_sizes))
         sweep[str(batch_size)] = batch_size * len(times) / sum(times)
     singles = itertools.cycle(texts)
-    batch_one = timed_passes(lambda: raw_ort.one_pass(session, tokenizer, TASK, [next(singles)], 1), seconds, 3)
+    batch_one = timed(lambda: raw_ort.one_pass(session, tokenizer, TASK, [next(singles)], 1), seconds, 3)
     best = max(sweep, key=lambda key: sweep[key])
     return {
         "sequences_per_s": sweep[best],

@@ -20,7 +20,9 @@ from typing import Any
 BATCH_SIZES = (32,)
 
 
-def timed(call: Any, seconds: float, minimum: int) -> list[float]:
+def timed(call: Any, seconds: float, minimum: int = 1) -> list[float]:
+    """Call ``call()`` until ``seconds`` have passed (at least ``minimum`` times): each call's seconds. (Standard
+    library only: this module runs on a GPU machine with torch and nothing of ours installed.)"""
     times: list[float] = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline or len(times) < minimum:

@@ -118,18 +118,19 @@ def measure_server(args: argparse.Namespace, name: str, bundle: Path, load: str)
     return points
 
 
+TABLE_HEAD = (
+    "| model | route | c | served seq/s | raw seq/s | served/raw | server CPU ms/req | raw CPU ms/seq "
+    "| overhead ms/req | p50 ms |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+)
+
+
 def markdown(report: dict[str, Any]) -> str:
-    lines = [
-        "# Overhead per request (benchmarks.overhead)",
-        "",
+    intro = (
         f"Tree {report['tree']}; {report['duration_s']:.0f} s per point; load average at start "
         f"{report['load_avg']['start']}, at end {report['load_avg']['end']}. Overhead = server CPU per request "
-        "- raw loop CPU per sequence (one sentence per request).",
-        "",
-        "| model | route | c | served seq/s | raw seq/s | served/raw | server CPU ms/req | raw CPU ms/seq "
-        "| overhead ms/req | p50 ms |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
+        "- raw loop CPU per sequence (one sentence per request)."
+    )
+    lines = ["# Overhead per request (benchmarks.overhead)", "", intro, "", TABLE_HEAD]
     for model in report["models"]:
         raw = model["raw"]
         for point in model["served"]:

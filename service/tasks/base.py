@@ -118,8 +118,7 @@ InputError = DecodeInputError
 
 
 class TaskHandler(Protocol):
-    task: str
-    output_names: tuple[str, ...]
+    """A task's tokenizing and decoding; which outputs its graph gives is the task table's (``contract.tasks``)."""
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: Any) -> list[Prepared]:
         """Tokenize all inputs of one request (batch encoding); raise InputError for bad input."""

@@ -16,25 +16,11 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, Field, RootModel
 
-from contract.tasks import task_spec
+from service.oip import layouts as oip
 from service.oip.codec import OutputTensor
-from service.oip.layouts import (
-    BATCH,
-    TEXT,
-    TaskLayout,
-    TensorSpec,
-    texts_body,
-)
 from service.schemas.common import TaskRequest, examples
-from service.tasks.base import (
-    HfMapping,
-    InputError,
-    ModelContext,
-    Prepared,
-    TaskUnit,
-    one_row_per_text,
-    require_text,
-)
+from service.tasks import base
+from service.tasks.base import HfMapping, InputError, ModelContext, Prepared, TaskUnit
 from service.tasks.sparse_embedding import SparseEmbeddingParams
 
 DIRECTIONS = ("right", "left")
@@ -83,7 +69,7 @@ def _check_params(params: EmbeddingParams) -> str:
 
 def _text(item: Any, index: int) -> str:
     """A text to embed: a string with something in it (as every other task requires)."""
-    return require_text(item, f"input {index}")
+    return base.require_text(item, f"input {index}")
 
 
 def _prompt(ctx: ModelContext, name: str | None) -> str:
@@ -104,8 +90,6 @@ def l2_normalized(vector: np.ndarray) -> np.ndarray:
 
 
 class FeatureExtractionHandler:
-    task: str = "feature-extraction"
-    output_names: tuple[str, ...] = task_spec("feature-extraction").outputs
 
     def prepare(
         self, ctx: ModelContext, inputs: list[Any], params: EmbeddingParams | TokenEmbeddingParams
@@ -117,7 +101,7 @@ class FeatureExtractionHandler:
         direction = _check_params(params)
         prompt = _prompt(ctx, params.prompt_name)
         texts = [prompt + _text(item, index) for index, item in enumerate(inputs)]
-        return one_row_per_text(ctx, texts, params.truncate, direction)
+        return base.one_row_per_text(ctx, texts, params.truncate, direction)
 
     def postprocess(
         self,
@@ -316,12 +300,12 @@ def oip_embedding_tensors(request: Any, results: list[Any]) -> list[OutputTensor
     return [OutputTensor("embedding", "FP32", vectors.shape, vectors.reshape(-1))]
 
 
-OIP = TaskLayout(
+OIP = oip.TaskLayout(
     TeiEmbedRequest,
-    inputs=(TEXT,),
-    outputs=(TensorSpec("embedding", "FP32", (BATCH, BATCH)),),
+    inputs=(oip.TEXT,),
+    outputs=(oip.TensorSpec("embedding", "FP32", (oip.BATCH, oip.BATCH)),),
     options=("normalize", "truncate", "truncation_direction"),
-    body=texts_body,
+    body=oip.texts_body,
     tensors=oip_embedding_tensors,
 )
 

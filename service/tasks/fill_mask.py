@@ -23,29 +23,10 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from contract.tasks import task_spec
-from service.oip.layouts import (
-    TEXT,
-    TaskLayout,
-    TensorSpec,
-    json_per_item,
-    texts_body,
-)
+from service.oip import layouts as oip
 from service.schemas.common import MAX_TOP_K, TaskRequest, examples
-from service.tasks.base import (
-    HfMapping,
-    InputError,
-    ModelContext,
-    Prepared,
-    TaskUnit,
-    V1Route,
-    encode_batch,
-    pipeline_answer,
-    require_text,
-    require_top_k,
-    softmax,
-    to_sequence,
-    vocabulary,
-)
+from service.tasks import base
+from service.tasks.base import HfMapping, InputError, ModelContext, Prepared, TaskUnit, V1Route
 from service.tasks.sparse_embedding import SparseEmbedding, SparseEmbeddingParams, prepare_sparse, sparse_vector
 
 DEFAULTS = task_spec("fill-mask").pipeline_defaults  # stated once, in the task table
@@ -84,31 +65,29 @@ def top_indices(values: np.ndarray, k: int) -> np.ndarray:
 
 
 class FillMaskHandler:
-    task: str = "fill-mask"
-    output_names: tuple[str, ...] = task_spec("fill-mask").outputs
 
     def prepare(
         self, ctx: ModelContext, inputs: list[Any], params: FillMaskParams | SparseEmbeddingParams
     ) -> list[Prepared]:
         if isinstance(params, SparseEmbeddingParams):
             return prepare_sparse(ctx, inputs, params)
-        require_top_k(params.top_k)
+        base.require_top_k(params.top_k)
         target_ids = self.target_ids(ctx, params)
-        texts = [require_text(item) for item in inputs]
+        texts = [base.require_text(item) for item in inputs]
         prepared = []
-        for encoding in encode_batch(ctx.tokenizer, texts, "text"):
+        for encoding in base.encode_batch(ctx.tokenizer, texts, "text"):
             if ctx.mask_token_id not in encoding.ids:
                 raise InputError(f"no mask token ({ctx.mask_token}) found in the input")
             if len(encoding.ids) > ctx.max_length:
                 raise InputError(f"the text is {len(encoding.ids)} tokens; this model takes at most {ctx.max_length}")
-            prepared.append(Prepared(sequences=[to_sequence(encoding)], state=target_ids))
+            prepared.append(Prepared(sequences=[base.to_sequence(encoding)], state=target_ids))
         return prepared
 
     def target_ids(self, ctx: ModelContext, params: FillMaskParams) -> np.ndarray | None:
         """The pipeline's ``get_target_ids`` (same de-duplication, through a set)."""
         if params.targets is None:
             return None
-        vocab = vocabulary(ctx.tokenizer)
+        vocab = base.vocabulary(ctx.tokenizer)
         ids = []
         for target in params.targets:
             if not isinstance(target, str):
@@ -142,7 +121,7 @@ class FillMaskHandler:
         input_ids = prepared.sequences[0].input_ids
         logits = np.asarray(outputs[0]["logits"])  # (T, vocab)
         masked_index = np.nonzero(input_ids == ctx.mask_token_id)[0]
-        probs = softmax(logits[masked_index].astype(np.float32))  # (masks, vocab)
+        probs = base.softmax(logits[masked_index].astype(np.float32))  # (masks, vocab)
         if target_ids is not None:
             probs = probs[..., target_ids]
         top_k = min(params.top_k, probs.shape[-1])
@@ -187,7 +166,7 @@ class FillMaskRequest(TaskRequest):
 
     def to_task(self) -> tuple[list[Any], FillMaskParams]:
         targets = tuple(self.targets) if self.targets is not None else None
-        return list(self.input_list()), FillMaskParams(top_k=self.top_k, targets=targets)
+        return list(self.input_list()), self.params(FillMaskParams, targets=targets)
 
 
 class FillMaskPrediction(BaseModel):
@@ -224,16 +203,16 @@ class FillMaskResponse(BaseModel):
 
 def hf_answer(request: FillMaskRequest, results: list[Any], single: bool) -> Any:
     """The pipeline's answer: an input with one mask answers its candidates, not a list of one."""
-    return pipeline_answer(request, [result[0] if len(result) == 1 else result for result in results], single)
+    return base.pipeline_answer(request, [result[0] if len(result) == 1 else result for result in results], single)
 
 
-OIP = TaskLayout(
+OIP = oip.TaskLayout(
     FillMaskRequest,
-    inputs=(TEXT, TensorSpec("targets", "BYTES", required=False)),
-    outputs=(TensorSpec("predictions", "BYTES"),),
+    inputs=(oip.TEXT, oip.TensorSpec("targets", "BYTES", required=False)),
+    outputs=(oip.TensorSpec("predictions", "BYTES"),),
     options=("top_k",),
-    body=lambda tensors: texts_body(tensors, "targets"),
-    tensors=json_per_item("predictions"),
+    body=lambda tensors: oip.texts_body(tensors, "targets"),
+    tensors=oip.json_per_item("predictions"),
 )
 
 

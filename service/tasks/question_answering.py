@@ -22,27 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from contract.decoding import QAWindows, check_room_for_context, decode_qa_answers, encode_question_contexts
 from contract.decoding import resolve_window as resolve_window_sizes
 from contract.tasks import task_spec
+from service.oip import layouts as oip
 from service.oip.codec import OutputTensor
-from service.oip.layouts import (
-    TaskLayout,
-    Tensors,
-    TensorSpec,
-    batch,
-)
 from service.schemas.common import MAX_TOKENS, MAX_TOP_K, TaskRequest, examples
-from service.tasks.base import (
-    HfMapping,
-    InputError,
-    ModelContext,
-    Prepared,
-    TaskUnit,
-    V1Route,
-    pipeline_answer,
-    require_text,
-    require_top_k,
-    to_sequence,
-    truncating_tokenizer,
-)
+from service.tasks import base
+from service.tasks.base import HfMapping, InputError, ModelContext, Prepared, TaskUnit, V1Route
 
 DEFAULTS = task_spec("question-answering").pipeline_defaults  # stated once, in the task table
 
@@ -68,13 +52,11 @@ class QAParams:
 
 
 def _check_postprocess_params(params: QAParams) -> None:
-    require_top_k(params.top_k)
-    require_top_k(params.max_answer_len, "max_answer_len")
+    base.require_top_k(params.top_k)
+    base.require_top_k(params.max_answer_len, "max_answer_len")
 
 
 class QuestionAnsweringHandler:
-    task: str = "question-answering"
-    output_names: tuple[str, ...] = task_spec("question-answering").outputs
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: QAParams) -> list[Prepared]:
         _check_postprocess_params(params)  # before any tokenizing: postprocess (decode_qa_answers) checks them too
@@ -83,11 +65,13 @@ class QuestionAnsweringHandler:
         for item in inputs:
             if not isinstance(item, QAInput):
                 raise InputError("a question-answering input needs a question and a context")
-            pairs.append((require_text(item.question, "question"), require_text(item.context, "context")))
+            pairs.append((base.require_text(item.question, "question"), base.require_text(item.context, "context")))
         check_room_for_context(ctx.tokenizer, pairs, max_seq_len, doc_stride)
-        tokenizer = truncating_tokenizer(ctx.tokenizer, max_seq_len, doc_stride, "only_second")
+        tokenizer = base.truncating_tokenizer(ctx.tokenizer, max_seq_len, doc_stride, "only_second")
         encoded = encode_question_contexts(tokenizer, pairs, ctx.cls_token_id)
-        return [Prepared(sequences=[to_sequence(window) for window in item.windows], state=item) for item in encoded]
+        return [
+            Prepared(sequences=[base.to_sequence(window) for window in item.windows], state=item) for item in encoded
+        ]
 
     def postprocess(
         self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: QAParams
@@ -154,15 +138,7 @@ class QuestionAnsweringRequest(TaskRequest):
 
     def to_task(self) -> tuple[list[Any], QAParams]:
         inputs = [QAInput(question=item.question, context=item.context) for item in self.input_list()]
-        params = QAParams(
-            top_k=self.top_k,
-            doc_stride=self.doc_stride,
-            max_answer_len=self.max_answer_len,
-            max_seq_len=self.max_seq_len,
-            max_question_len=self.max_question_len,
-            handle_impossible_answer=self.handle_impossible_answer,
-            score_aggregation=self.score_aggregation,
-        )
+        params = self.params(QAParams)
         return inputs, params
 
 
@@ -188,11 +164,11 @@ class QuestionAnsweringResponse(BaseModel):
 def hf_answer(request: QuestionAnsweringRequest, results: list[Any], single: bool) -> Any:
     """The pipeline's answer: an answer object when ``top_k`` is 1, else the list."""
     answers = [result[0] for result in results] if request.top_k == 1 else results
-    return pipeline_answer(request, answers, single)
+    return base.pipeline_answer(request, answers, single)
 
 
-def oip_qa_body(tensors: Tensors) -> dict[str, Any]:
-    questions, contexts = batch(tensors, "question", "context")
+def oip_qa_body(tensors: oip.Tensors) -> dict[str, Any]:
+    questions, contexts = oip.batch(tensors, "question", "context")
     return {"inputs": [{"question": q, "context": c} for q, c in zip(questions, contexts, strict=True)]}
 
 
@@ -208,15 +184,15 @@ def oip_qa_tensors(request: Any, results: list[Any]) -> list[OutputTensor]:
     ]
 
 
-OIP = TaskLayout(
+OIP = oip.TaskLayout(
     QuestionAnsweringRequest,
-    inputs=(TensorSpec("question", "BYTES"), TensorSpec("context", "BYTES")),
+    inputs=(oip.TensorSpec("question", "BYTES"), oip.TensorSpec("context", "BYTES")),
     outputs=(
-        TensorSpec("answer", "BYTES"),
-        TensorSpec("score", "FP32"),
-        TensorSpec("start", "INT64"),
-        TensorSpec("end", "INT64"),
-        TensorSpec("answer_count", "INT64"),
+        oip.TensorSpec("answer", "BYTES"),
+        oip.TensorSpec("score", "FP32"),
+        oip.TensorSpec("start", "INT64"),
+        oip.TensorSpec("end", "INT64"),
+        oip.TensorSpec("answer_count", "INT64"),
     ),
     options=(
         "top_k",

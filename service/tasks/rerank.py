@@ -16,28 +16,12 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, Field, RootModel
 
-from contract.tasks import task_spec
 from service.errors import BadRequest
+from service.oip import layouts as oip
 from service.oip.codec import OutputTensor
-from service.oip.layouts import (
-    TaskLayout,
-    Tensors,
-    TensorSpec,
-)
 from service.schemas.common import MAX_TOP_K, TaskRequest, examples
-from service.tasks.base import (
-    InputError,
-    ModelContext,
-    Prepared,
-    TaskUnit,
-    encode_batch,
-    require_fit,
-    require_text,
-    sigmoid,
-    softmax,
-    to_sequence,
-    truncating_tokenizer,
-)
+from service.tasks import base
+from service.tasks.base import InputError, ModelContext, Prepared, TaskUnit
 
 DIRECTIONS = ("right", "left")
 
@@ -67,14 +51,14 @@ def relevance(logits: np.ndarray) -> RelevanceScore:
     """A cross-encoder head's logits for one pair -> its relevance score and raw score."""
     logits = np.asarray(logits, dtype=np.float32).reshape(-1)
     if logits.shape[0] == 1:
-        return RelevanceScore(score=float(sigmoid(logits)[0]), raw_score=float(logits[0]))
+        return RelevanceScore(score=float(base.sigmoid(logits)[0]), raw_score=float(logits[0]))
     if logits.shape[0] == 2:
-        return RelevanceScore(score=float(softmax(logits)[1]), raw_score=float(logits[1] - logits[0]))
+        return RelevanceScore(score=float(base.softmax(logits)[1]), raw_score=float(logits[1] - logits[0]))
     raise ValueError(f"a rerank head gives 1 or 2 logits, this one gives {logits.shape[0]}")
 
 
 def _check_params(params: RerankParams) -> str:
-    require_text(params.query, "query")
+    base.require_text(params.query, "query")
     direction = params.truncation_direction.lower()
     if direction not in DIRECTIONS:
         known = ", ".join(DIRECTIONS)
@@ -83,12 +67,10 @@ def _check_params(params: RerankParams) -> str:
 
 
 class RerankHandler:
-    task: str = "rerank"
-    output_names: tuple[str, ...] = task_spec("rerank").outputs
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: RerankParams) -> list[Prepared]:
         direction = _check_params(params)
-        documents = [require_text(document, f"document {index}") for index, document in enumerate(inputs)]
+        documents = [base.require_text(document, f"document {index}") for index, document in enumerate(inputs)]
         if not documents:
             raise InputError("no documents to rerank")
         query_tokens = len(ctx.tokenizer.encode(params.query, add_special_tokens=False))
@@ -100,16 +82,18 @@ class RerankHandler:
             )
         pairs = [(params.query, document) for document in documents]
         if params.truncate:
-            tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, strategy="only_second", direction=direction)
-            encodings = encode_batch(tokenizer, pairs, "query and document")
+            tokenizer = base.truncating_tokenizer(
+                ctx.tokenizer, ctx.max_length, strategy="only_second", direction=direction
+            )
+            encodings = base.encode_batch(tokenizer, pairs, "query and document")
         else:
-            encodings = encode_batch(ctx.tokenizer, pairs, "query and document")
-            require_fit(
+            encodings = base.encode_batch(ctx.tokenizer, pairs, "query and document")
+            base.require_fit(
                 encodings, ctx.max_length,
                 lambda index, tokens: f"document {index} with the query is {tokens} tokens; the model takes at most "
                 f"{ctx.max_length} (truncate: true cuts the document)",
             )  # fmt: skip
-        return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
+        return [Prepared(sequences=[base.to_sequence(encoding)], state=None) for encoding in encodings]
 
     def postprocess(
         self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: RerankParams
@@ -242,7 +226,7 @@ class TeiRerankResponse(RootModel[list[TeiRank]]):
     model_config = examples([{"index": 0, "score": 0.998}, {"index": 1, "score": 0.004}])
 
 
-def oip_rerank_body(tensors: Tensors) -> dict[str, Any]:
+def oip_rerank_body(tensors: oip.Tensors) -> dict[str, Any]:
     query = tensors["query"]
     if len(query) != 1:
         raise BadRequest(f"input 'query' holds one text, not {len(query)}")
@@ -257,10 +241,10 @@ def oip_rerank_tensors(request: Any, results: list[Any]) -> list[OutputTensor]:
     ]
 
 
-OIP = TaskLayout(
+OIP = oip.TaskLayout(
     RerankRequest,
-    inputs=(TensorSpec("query", "BYTES", (1,)), TensorSpec("documents", "BYTES")),
-    outputs=(TensorSpec("index", "INT64"), TensorSpec("relevance_score", "FP32")),
+    inputs=(oip.TensorSpec("query", "BYTES", (1,)), oip.TensorSpec("documents", "BYTES")),
+    outputs=(oip.TensorSpec("index", "INT64"), oip.TensorSpec("relevance_score", "FP32")),
     options=("top_n",),
     body=oip_rerank_body,
     tensors=oip_rerank_tensors,

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from service.tasks.base import ModelContext, Prepared, one_row_per_text, require_text
+from service.tasks import base
+from service.tasks.base import ModelContext, Prepared
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +31,8 @@ class SparseEmbedding:
 
 
 def prepare_sparse(ctx: ModelContext, inputs: list[Any], params: SparseEmbeddingParams) -> list[Prepared]:
-    texts = [require_text(item, f"input {index}") for index, item in enumerate(inputs)]
-    return one_row_per_text(ctx, texts, params.truncate, params.truncation_direction)
+    texts = [base.require_text(item, f"input {index}") for index, item in enumerate(inputs)]
+    return base.one_row_per_text(ctx, texts, params.truncate, params.truncation_direction)
 
 
 def sparse_vector(prepared: Prepared, outputs: list[dict[str, np.ndarray]]) -> SparseEmbedding:

@@ -17,33 +17,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from contract.tasks import task_spec
+from service.oip import layouts as oip
 from service.oip.codec import OutputTensor
-from service.oip.layouts import (
-    LABELS,
-    TEXT,
-    TaskLayout,
-    Tensors,
-    TensorSpec,
-    batch,
-    labels_and_scores,
-)
 from service.schemas.common import MAX_TOP_K, TaskRequest, examples
-from service.tasks.base import (
-    HfMapping,
-    InputError,
-    ModelContext,
-    Prepared,
-    TaskUnit,
-    V1Route,
-    encode_batch,
-    require_fit,
-    require_text,
-    require_top_k,
-    sigmoid,
-    softmax,
-    to_sequence,
-    truncating_tokenizer,
-)
+from service.tasks import base
+from service.tasks.base import HfMapping, InputError, ModelContext, Prepared, TaskUnit, V1Route
 
 DEFAULTS = task_spec("text-classification").pipeline_defaults  # stated once, in the task table
 
@@ -73,7 +51,7 @@ def default_function(ctx: ModelContext) -> str:
 
 def _check_params(params: ClassificationParams) -> str | None:
     if params.top_k is not None:
-        require_top_k(params.top_k)
+        base.require_top_k(params.top_k)
     if params.function_to_apply is None:
         return None
     function = params.function_to_apply.lower()
@@ -91,39 +69,39 @@ def _check_long_text(params: ClassificationParams) -> None:
 
 def _as_tokenizer_input(item: Any) -> str | tuple[str, str]:
     if isinstance(item, str):
-        return require_text(item)
+        return base.require_text(item)
     if isinstance(item, (tuple, list)) and len(item) == 2:
-        return require_text(item[0], "text"), require_text(item[1], "text_pair")
+        return base.require_text(item[0], "text"), base.require_text(item[1], "text_pair")
     raise InputError("a text-classification input is a text or a (text, text_pair) pair")
 
 
 class TextClassificationHandler:
-    task: str = "text-classification"
-    output_names: tuple[str, ...] = task_spec("text-classification").outputs
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: ClassificationParams) -> list[Prepared]:
         _check_params(params)
         _check_long_text(params)
         texts = [_as_tokenizer_input(item) for item in inputs]
         if params.long_text == "chunk":
-            tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length)
+            tokenizer = base.truncating_tokenizer(ctx.tokenizer, ctx.max_length)
             prepared = []
-            for encoding in encode_batch(tokenizer, texts, "text"):
+            for encoding in base.encode_batch(tokenizer, texts, "text"):
                 windows = [encoding, *encoding.overflowing]  # transformers' order
                 weights = np.array([len(window.ids) for window in windows], dtype=np.float64)
-                prepared.append(Prepared([to_sequence(window) for window in windows], state=weights / weights.sum()))
+                prepared.append(
+                    Prepared([base.to_sequence(window) for window in windows], state=weights / weights.sum())
+                )
             return prepared
         if params.truncation:
-            encodings = encode_batch(truncating_tokenizer(ctx.tokenizer, ctx.max_length), texts, "text")
+            encodings = base.encode_batch(base.truncating_tokenizer(ctx.tokenizer, ctx.max_length), texts, "text")
         else:
-            encodings = encode_batch(ctx.tokenizer, texts, "text")
-            require_fit(
+            encodings = base.encode_batch(ctx.tokenizer, texts, "text")
+            base.require_fit(
                 encodings, ctx.max_length,
                 lambda index, tokens: f"input {index} is {tokens} tokens long; the model takes at most "
                 f'{ctx.max_length}: send "truncation": true to cut it, or "long_text": "chunk" to classify it in '
                 "windows",
             )  # fmt: skip
-        return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
+        return [Prepared(sequences=[base.to_sequence(encoding)], state=None) for encoding in encodings]
 
     def postprocess(
         self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: ClassificationParams
@@ -136,9 +114,9 @@ class TextClassificationHandler:
             stacked = np.stack([np.asarray(output["logits"]) for output in outputs])
             logits = (stacked * prepared.state[:, None]).sum(axis=0).astype(stacked.dtype)
         if function == "sigmoid":
-            scores = sigmoid(logits)
+            scores = base.sigmoid(logits)
         elif function == "softmax":
-            scores = softmax(logits)
+            scores = base.softmax(logits)
         else:
             scores = logits
         results: list[dict[str, Any]] = [
@@ -195,12 +173,7 @@ class TextClassificationRequest(TaskRequest):
 
     def to_task(self) -> tuple[list[Any], ClassificationParams]:
         inputs = [item if isinstance(item, str) else (item.text, item.text_pair) for item in self.input_list()]
-        params = ClassificationParams(
-            top_k=self.top_k,
-            function_to_apply=self.function_to_apply,
-            truncation=self.truncation,
-            long_text=self.long_text,
-        )
+        params = self.params(ClassificationParams)
         return inputs, params
 
 
@@ -216,8 +189,8 @@ class TextClassificationResponse(BaseModel):
     results: list[list[LabelScore]] = Field(description="Per input (always a list), labels by score, best first.")
 
 
-def oip_classification_body(tensors: Tensors) -> dict[str, Any]:
-    texts, *pairs = batch(tensors, "text", "text_pair")
+def oip_classification_body(tensors: oip.Tensors) -> dict[str, Any]:
+    texts, *pairs = oip.batch(tensors, "text", "text_pair")
     if pairs:
         return {"inputs": [{"text": text, "text_pair": pair} for text, pair in zip(texts, pairs[0], strict=True)]}
     return {"inputs": texts}
@@ -225,13 +198,13 @@ def oip_classification_body(tensors: Tensors) -> dict[str, Any]:
 
 def oip_classification_tensors(request: Any, results: list[Any]) -> list[OutputTensor]:
     rows = [[item["label"] for item in result] for result in results]
-    return labels_and_scores(rows, [[item["score"] for item in result] for result in results])
+    return oip.labels_and_scores(rows, [[item["score"] for item in result] for result in results])
 
 
-OIP = TaskLayout(
+OIP = oip.TaskLayout(
     TextClassificationRequest,
-    inputs=(TEXT, TensorSpec("text_pair", "BYTES", required=False)),
-    outputs=LABELS,
+    inputs=(oip.TEXT, oip.TensorSpec("text_pair", "BYTES", required=False)),
+    outputs=oip.LABELS,
     options=("top_k", "function_to_apply"),
     body=oip_classification_body,
     tensors=oip_classification_tensors,

@@ -27,26 +27,10 @@ from tokenizers import Encoding
 
 from contract.tasks import task_spec
 from contract.word_decoding import WordWindows, encode_word_lists, label_words, window_stride
-from service.oip.layouts import (
-    TEXT,
-    TaskLayout,
-    TensorSpec,
-    json_per_item,
-    texts_body,
-)
+from service.oip import layouts as oip
 from service.schemas.common import MAX_TOKENS, TaskRequest, examples
-from service.tasks.base import (
-    HfMapping,
-    InputError,
-    ModelContext,
-    Prepared,
-    TaskUnit,
-    V1Route,
-    encode_batch,
-    require_text,
-    to_sequence,
-    truncating_tokenizer,
-)
+from service.tasks import base
+from service.tasks.base import HfMapping, InputError, ModelContext, Prepared, TaskUnit, V1Route
 from service.tasks.token_grouping import text_entities
 
 DEFAULTS = task_spec("token-classification").pipeline_defaults  # stated once, in the task table
@@ -110,21 +94,19 @@ def _first_token_indices(windows: list[Encoding], stride: int) -> list[int]:
 
 
 class TokenClassificationHandler:
-    task: str = "token-classification"
-    output_names: tuple[str, ...] = task_spec("token-classification").outputs
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: TokenClassificationParams) -> list[Prepared]:
         if any(isinstance(item, WordsInput) for item in inputs):
             return _prepare_words(ctx, inputs, params)
         strategy = _strategy(params)
         stride = _stride(ctx, params, strategy)
-        texts = [require_text(item) for item in inputs]
-        tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, stride, "longest_first")
+        texts = [base.require_text(item) for item in inputs]
+        tokenizer = base.truncating_tokenizer(ctx.tokenizer, ctx.max_length, stride, "longest_first")
         prepared = []
-        for text, encoding in zip(texts, encode_batch(tokenizer, texts, "text"), strict=True):
+        for text, encoding in zip(texts, base.encode_batch(tokenizer, texts, "text"), strict=True):
             windows = [encoding, *encoding.overflowing]  # transformers' order
             state = _NerState(text, windows, _first_token_indices(windows, stride))
-            prepared.append(Prepared(sequences=[to_sequence(window) for window in windows], state=state))
+            prepared.append(Prepared(sequences=[base.to_sequence(window) for window in windows], state=state))
         return prepared
 
     def postprocess(
@@ -148,9 +130,9 @@ def _prepare_words(ctx: ModelContext, inputs: list[Any], params: TokenClassifica
     if not all(isinstance(item, WordsInput) for item in inputs):
         raise InputError("a request takes texts or lists of words, not both")
     stride = _stride(ctx, params, "simple")  # no aggregation applies to words: any strategy takes a stride
-    tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, stride, "longest_first")
+    tokenizer = base.truncating_tokenizer(ctx.tokenizer, ctx.max_length, stride, "longest_first")
     encoded = encode_word_lists(tokenizer, [item.words for item in inputs])
-    return [Prepared(sequences=[to_sequence(window) for window in item.windows], state=item) for item in encoded]
+    return [Prepared(sequences=[base.to_sequence(window) for window in item.windows], state=item) for item in encoded]
 
 
 Word = Annotated[str, Field(min_length=1)]
@@ -265,13 +247,13 @@ class TokenClassificationResponse(BaseModel):
     )
 
 
-OIP = TaskLayout(
+OIP = oip.TaskLayout(
     TokenClassificationRequest,
-    inputs=(TEXT, TensorSpec("ignore_labels", "BYTES", required=False)),
-    outputs=(TensorSpec("entities", "BYTES"),),
+    inputs=(oip.TEXT, oip.TensorSpec("ignore_labels", "BYTES", required=False)),
+    outputs=(oip.TensorSpec("entities", "BYTES"),),
     options=("aggregation_strategy", "stride"),
-    body=lambda tensors: texts_body(tensors, "ignore_labels"),
-    tensors=json_per_item("entities"),
+    body=lambda tensors: oip.texts_body(tensors, "ignore_labels"),
+    tensors=oip.json_per_item("entities"),
 )
 
 

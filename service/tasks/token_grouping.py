@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 from tokenizers import Encoding
 
-from service.tasks.base import ModelContext, softmax
+from service.tasks import base
+from service.tasks.base import ModelContext
 
 
 def public_entity(entity: dict[str, Any]) -> dict[str, Any]:
@@ -190,7 +191,7 @@ def text_entities(
     overlapping windows both found merged."""
     entities: list[dict[str, Any]] = []
     for window, first_index, window_logits in zip(windows, first_token_index, logits, strict=True):
-        scores = softmax(np.asarray(window_logits))  # (T, num_labels)
+        scores = base.softmax(np.asarray(window_logits))  # (T, num_labels)
         for entity in aggregate(ctx, gather_pre_entities(ctx, text, window, scores), strategy):
             if entity.get("entity") in ignore_labels or entity.get("entity_group") in ignore_labels:
                 continue

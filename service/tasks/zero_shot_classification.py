@@ -19,29 +19,11 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from contract.tasks import task_spec
+from service.oip import layouts as oip
 from service.oip.codec import OutputTensor
-from service.oip.layouts import (
-    LABELS,
-    TEXT,
-    TaskLayout,
-    TensorSpec,
-    labels_and_scores,
-    texts_body,
-)
 from service.schemas.common import TaskRequest, examples
-from service.tasks.base import (
-    HfMapping,
-    InputError,
-    ModelContext,
-    Prepared,
-    TaskUnit,
-    V1Route,
-    encode_batch,
-    require_text,
-    softmax,
-    to_sequence,
-    truncating_tokenizer,
-)
+from service.tasks import base
+from service.tasks.base import HfMapping, InputError, ModelContext, Prepared, TaskUnit, V1Route
 
 DEFAULTS = task_spec("zero-shot-classification").pipeline_defaults
 MAX_CANDIDATE_LABELS = 100
@@ -99,7 +81,7 @@ def pipeline_softmax(values: np.ndarray) -> np.ndarray:
         total = exps.sum(-1, keepdims=True)
     if np.isfinite(total).all() and (total > 0).all():
         return exps / total
-    return softmax(values)
+    return base.softmax(values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,20 +91,18 @@ class _State:
 
 
 class ZeroShotClassificationHandler:
-    task: str = "zero-shot-classification"
-    output_names: tuple[str, ...] = task_spec("zero-shot-classification").outputs
 
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: ZeroShotParams) -> list[Prepared]:
         labels = parse_labels(params.candidate_labels)
         texts = hypotheses(params.hypothesis_template, labels)
-        sequences = [require_text(sequence, "sequence") for sequence in inputs]
-        tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, strategy="only_first")
+        sequences = [base.require_text(sequence, "sequence") for sequence in inputs]
+        tokenizer = base.truncating_tokenizer(ctx.tokenizer, ctx.max_length, strategy="only_first")
         pairs = [(sequence, hypothesis) for sequence in sequences for hypothesis in texts]
-        encodings = encode_batch(tokenizer, pairs, "sequence and hypothesis")
+        encodings = base.encode_batch(tokenizer, pairs, "sequence and hypothesis")
         count = len(labels)
         return [
             Prepared(
-                sequences=[to_sequence(encoding) for encoding in encodings[start * count : (start + 1) * count]],
+                sequences=[base.to_sequence(encoding) for encoding in encodings[start * count : (start + 1) * count]],
                 state=_State(sequence, labels),
             )
             for start, sequence in enumerate(sequences)
@@ -180,9 +160,7 @@ class ZeroShotClassificationRequest(TaskRequest):
 
     def to_task(self) -> tuple[list[Any], ZeroShotParams]:
         labels = self.candidate_labels if isinstance(self.candidate_labels, str) else tuple(self.candidate_labels)
-        params = ZeroShotParams(
-            candidate_labels=labels, hypothesis_template=self.hypothesis_template, multi_label=self.multi_label
-        )
+        params = self.params(ZeroShotParams, candidate_labels=labels)
         return list(self.input_list()), params
 
 
@@ -211,15 +189,15 @@ class ZeroShotClassificationResponse(BaseModel):
 
 
 def oip_zero_shot_tensors(request: Any, results: list[Any]) -> list[OutputTensor]:
-    return labels_and_scores([item["labels"] for item in results], [item["scores"] for item in results])
+    return oip.labels_and_scores([item["labels"] for item in results], [item["scores"] for item in results])
 
 
-OIP = TaskLayout(
+OIP = oip.TaskLayout(
     ZeroShotClassificationRequest,
-    inputs=(TEXT, TensorSpec("candidate_labels", "BYTES", required=False)),
-    outputs=LABELS,
+    inputs=(oip.TEXT, oip.TensorSpec("candidate_labels", "BYTES", required=False)),
+    outputs=oip.LABELS,
     options=("candidate_labels", "hypothesis_template", "multi_label"),
-    body=lambda tensors: texts_body(tensors, "candidate_labels"),
+    body=lambda tensors: oip.texts_body(tensors, "candidate_labels"),
     tensors=oip_zero_shot_tensors,
 )
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.big_models import latencies_after, onnx_bytes, timed_passes
+from benchmarks.big_models import latencies_after, onnx_bytes
 from benchmarks.big_models_report import markdown
+from benchmarks.gpu_torch import timed as timed_passes
 from benchmarks.overload_client import Tally
 from benchmarks.random_bert import SIZES, build_spec, default_labels, is_built
 

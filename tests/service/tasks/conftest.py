@@ -22,6 +22,7 @@ transformers = pytest.importorskip("transformers")
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors  # noqa: E402
 
+from contract.tasks import task_spec  # noqa: E402
 from model_export.family_checkpoints import wordpiece_vocab  # noqa: E402
 from service.tasks.base import ModelContext  # noqa: E402
 
@@ -131,6 +132,7 @@ class TaskFixture:
     """One task's model, its ModelContext, the transformers pipeline, and a runner for a handler."""
 
     def __init__(self, task: str, model: Any, ctx: ModelContext, hf_tokenizer: Any) -> None:
+        self.task = task
         self.model = model
         self.ctx = ctx
         self.pipeline = transformers.pipeline(task, model=model, tokenizer=hf_tokenizer, device="cpu")
@@ -138,7 +140,7 @@ class TaskFixture:
     def run(self, handler: Any, inputs: list[Any], params: Any) -> list[Any]:
         results = []
         for prepared in handler.prepare(self.ctx, inputs, params):
-            outputs = [self.forward(handler.output_names, sequence) for sequence in prepared.sequences]
+            outputs = [self.forward(task_spec(self.task).outputs, sequence) for sequence in prepared.sequences]
             results.append(handler.postprocess(self.ctx, prepared, outputs, params))
         return results
 
