@@ -6,16 +6,53 @@ that arrive while a request's line and headers are read are counted (a read that
 next one is not: it holds a body or a new request), and a head is measured once complete; past ``max_header_bytes``
 the connection gets 431 and is closed before the app sees the request: at most the limit plus one read from the
 socket (256 KiB) is held. Bodies are bounded in the app (``service.middleware.BodyReadMiddleware``).
+
+Its transport sends a response's head with its body in one ``send()``: uvicorn writes them separately, and on a
+socket with Nagle off each write is a segment of its own, the reader woken for each (``benchmarks/results/overhead.md``:
+the head's write was a quarter of the event loop's time per request).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.api.bodies import encode_json
 from service.errors import HeadersTooLarge
+
+
+class CoalescedWrites:
+    """A transport that holds a response's head until its body is written, then sends both in one write; a head
+    with no body in the same event-loop step (a streamed response, 100 Continue) leaves at the step's end."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._head is not None:
+            data, self._head = self._head + data, None
+            self._transport.write(data)
+        elif data.startswith(b"HTTP/1.1 ") and data.endswith(b"\r\n\r\n"):
+            self._head = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._transport.write(head)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class BoundedHeadersProtocol(HttpToolsProtocol):
@@ -27,6 +64,9 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
         self.head_bytes = 0
         self.heads_ended = 0  # request heads completed so far
         self.refused = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(CoalescedWrites(transport, self.loop))  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
         if self.refused:

@@ -8,6 +8,7 @@ import asyncio
 import hmac
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -37,6 +38,7 @@ class MetricsMiddleware:
         self.app = app
         self.metrics = metrics
         self.known_paths = known_paths  # labels requests answered before routing (e.g. 413) by their path
+        self._labelled: dict[tuple[str, int], tuple[Any, Any]] = {}  # (route template, status) -> its metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -60,8 +62,15 @@ class MetricsMiddleware:
             template = getattr(route, "path", None)
             if template is None:
                 template = scope["path"] if scope["path"] in self.known_paths else "unmatched"
-            self.metrics.requests.labels(template, str(status)).inc()
-            self.metrics.request_seconds.labels(template).observe(time.perf_counter() - started)
+            counted = self._labelled.get((template, status))
+            if counted is None:  # a metric's child per label values, looked up once (labels() takes a lock)
+                counted = (
+                    self.metrics.requests.labels(template, str(status)),
+                    self.metrics.request_seconds.labels(template),
+                )
+                self._labelled[(template, status)] = counted
+            counted[0].inc()
+            counted[1].observe(time.perf_counter() - started)
 
 
 class ApiKeyMiddleware:
