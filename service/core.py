@@ -35,6 +35,7 @@ from service.device import resolve_device
 from service.engine import Engine
 from service.errors import BadRequest, ClientClosedRequest, ModelNotFound, PayloadTooLarge
 from service.metrics import ServiceMetrics
+from service.repository import ModelRepository
 from service.runtime import release_free_memory
 from service.settings import Settings
 from service.tasks import BY_TASK
@@ -222,6 +223,7 @@ class ServiceCore:
         self._broken = dict(broken or {})
         self._tasks: list[asyncio.Task[None]] = []
         self.loaded = False
+        self.repository = ModelRepository(self)
 
     @property
     def ready(self) -> bool:
@@ -234,15 +236,19 @@ class ServiceCore:
             record = self._broken if self.settings.skip_broken else None
             self._engines = load_engines(self.settings.model_sources(), self.settings, self.executor, record)
         for name, engine in self._engines.items():
-            observer = self.metrics.observer(name, engine.task)
-            for worker in engine.workers:
-                if worker.observer is None:
-                    worker.observer = observer
-            self.metrics.watch_queue(name, engine.task, functools.partial(getattr, engine.batcher, "queue_depth"))
-            self.metrics.watch_engine(engine)
-            self.metrics.record_batching(name, engine.task, engine.batching)
+            self.watch(name, engine)
         self.registry = ModelRegistry(self._engines, self._broken, self.settings.default_model)
         self.loaded = True
+
+    def watch(self, name: str, engine: Engine) -> None:
+        """The metrics of one engine: its batches, queue, device, shed work and batching choice."""
+        observer = self.metrics.observer(name, engine.task)
+        for worker in engine.workers:
+            if worker.observer is None:
+                worker.observer = observer
+        self.metrics.watch_queue(name, engine.task, functools.partial(getattr, engine.batcher, "queue_depth"))
+        self.metrics.watch_engine(engine)
+        self.metrics.record_batching(name, engine.task, engine.batching)
 
     async def start(self) -> None:
         """Load (in a thread) unless loaded, then start and warm up every engine in the background: ``ready`` turns

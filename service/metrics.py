@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -109,6 +110,17 @@ class ServiceMetrics:
 
     def watch_queue(self, model: str, task: str, depth: Callable[[], float]) -> None:
         self.queue_depth.labels(model, task).set_function(depth)
+
+    def unwatch(self, engine: Engine) -> None:
+        """An unloaded model: its own gauges and counters go (the request and batch totals it ran stay)."""
+        model, task = engine.name, engine.task
+        self.engines.engines.pop(model, None)
+        labelled = [(self.queue_depth, (model, task)), (self.device, (model, task, engine.device.name))]
+        labelled += [(self.batching, (model, task, setting, source)) for setting in TUNED_SETTINGS
+                     for source in ("tuned", "configured")]  # fmt: skip
+        for gauge, labels in labelled:
+            with contextlib.suppress(KeyError):  # never set
+                gauge.remove(*labels)
 
 
 class ModelMetrics:

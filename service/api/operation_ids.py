@@ -11,6 +11,9 @@ from fastapi.routing import APIRoute
 
 OPERATION_IDS: dict[str, str] = {  # the route's name (its function's, or InferenceRoute.operation) -> operationId
     "list_models": "listModels",
+    "repository_index": "repositoryIndex",
+    "load_model": "loadModel",
+    "unload_model": "unloadModel",
     "text_classification": "textClassification",
     "question_answering": "questionAnswering",
     "token_classification": "tokenClassification",

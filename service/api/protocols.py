@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api import cohere, docs, health, hf, metrics, models, openai, playground, rerank, tei, v1, v2
+from service.api import cohere, docs, health, hf, metrics, models, openai, playground, repository, rerank, tei, v1, v2
 from service.api.declared import declared_router
 from service.api.entry import InferenceRoute, Protocol
 
@@ -25,6 +25,7 @@ PROTOCOL_ROUTERS: tuple[APIRouter, ...] = tuple(
 ROUTERS: tuple[APIRouter, ...] = (
     models.router,
     *PROTOCOL_ROUTERS,
+    repository.router,
     health.router,
     metrics.router,
     docs.router,

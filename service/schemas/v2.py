@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from service.schemas.common import examples
 
@@ -149,3 +149,32 @@ def inline_json_schema(model: type[BaseModel]) -> dict[str, Any]:
 
     resolved: dict[str, Any] = resolve(schema)
     return resolved
+
+
+class V2RepositoryIndexRequest(BaseModel):
+    """``POST /v2/repository/index``'s body (optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ready: bool = Field(False, description="Only the models that are ready (served now).")
+
+
+class V2RepositoryModel(BaseModel):
+    name: str
+    version: str = Field(description="The served version; empty when the model is not served.")
+    state: str = Field(description="READY (served), LOADING, or UNAVAILABLE (not loaded, or it failed to load).")
+    reason: str = Field(description="Why the model is not served; empty when it is.")
+
+
+class V2RepositoryIndexResponse(RootModel[list[V2RepositoryModel]]):
+    """Every model of the repository (the models folder and the models named at start-up) and the served ones."""
+
+
+class V2RepositoryModelRequest(BaseModel):
+    """``POST /v2/repository/models/{name}/load`` or ``.../unload``'s body (optional). The model is always read
+    from its bundle folder: a ``config`` or ``file:`` override (Triton's) is refused; ``unload_dependents`` is
+    accepted (no model here depends on another)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    parameters: dict[str, Any] | None = Field(None, description="unload_dependents, a boolean (unload only).")

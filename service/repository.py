@@ -1,0 +1,119 @@
+"""Models loaded and unloaded while the service runs: the Open Inference Protocol's model repository extension.
+
+The repository is what the settings name (``--models-dir`` folders and ``--model NAME=PATH``), read again on every
+call, so a bundle exported into the models folder after start-up can be loaded without a restart. Loading reads the
+bundle, builds and warms its engine before it takes any request, then puts it in the registry (a model of that name
+already served keeps answering until the new one is ready, then drains and stops); a bundle that fails to load leaves
+the served set as it was, and the error names the reason. Unloading takes the model out of the registry first (new
+requests for it get 404), then lets its queue drain: requests already in flight are answered.
+
+Like the registry it changes, it runs on the event loop of the transport that serves the models; loading itself
+(reading the bundle, building the session, tuning) runs in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from contract.bundle import BundleError
+from service.device import DeviceUnavailable, resolve_device
+from service.errors import BadRequest, ModelNotFound
+
+if TYPE_CHECKING:
+    from service.core import ServiceCore
+    from service.engine import Engine
+
+logger = logging.getLogger(__name__)
+READY, UNAVAILABLE, LOADING = "READY", "UNAVAILABLE", "LOADING"  # Triton's model states
+
+
+@dataclass(frozen=True, slots=True)
+class RepositoryModel:
+    """One model of the repository index: its name, state and why it is not served (empty when it is)."""
+
+    name: str
+    state: str
+    reason: str = ""
+
+
+class ModelRepository:
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+        self.loading: set[str] = set()
+        self._lock = asyncio.Lock()  # one load or unload at a time: each replaces the registry's engines
+
+    def sources(self) -> dict[str, Path]:
+        return self.core.settings.model_sources()
+
+    def index(self, ready_only: bool = False) -> list[RepositoryModel]:
+        """Every model the settings name or the service serves, by name: READY (serving), LOADING, or UNAVAILABLE
+        with the reason (not loaded, or a bundle that failed to load)."""
+        engines, broken = self.core.registry.engines, self.core.registry.broken
+        models = []
+        for name in sorted(set(self.sources()) | set(engines)):
+            if name in self.loading:
+                models.append(RepositoryModel(name, LOADING))
+            elif name in engines:
+                models.append(RepositoryModel(name, READY if engines[name].ready else LOADING))
+            else:
+                models.append(RepositoryModel(name, UNAVAILABLE, broken.get(name, "not loaded")))
+        return [model for model in models if model.state == READY] if ready_only else models
+
+    async def load(self, name: str) -> None:
+        """Load (or reload) ``name`` from its bundle; ModelNotFound when the repository has no such model,
+        BadRequest naming the reason when its bundle cannot be served (the served set is then unchanged)."""
+        path = self.sources().get(name)
+        if path is None:
+            known = ", ".join(sorted(self.sources())) or "none"
+            raise ModelNotFound(f"the model repository has no model {name!r} (it has: {known})")
+        async with self._lock:
+            self.loading.add(name)
+            try:
+                engine = await asyncio.to_thread(self._build, name, path)
+                self.core.watch(name, engine)
+                try:
+                    await engine.start()
+                except BaseException:
+                    await engine.stop(drain=False)
+                    self.core.metrics.unwatch(engine)
+                    raise
+            except (BundleError, DeviceUnavailable) as exc:
+                problem = exc.problem if isinstance(exc, BundleError) else str(exc)
+                self.core.registry.broken[name] = problem
+                raise BadRequest(f"model {name!r} was not loaded: {problem}") from None
+            finally:
+                self.loading.discard(name)
+            registry = self.core.registry
+            previous = registry.engines.get(name)
+            registry.engines = {**registry.engines, name: engine}
+            registry.broken.pop(name, None)
+            logger.info("loaded model %s from %s", name, path)
+        if previous is not None:
+            await previous.stop(drain=True)
+
+    async def unload(self, name: str) -> None:
+        """Stop serving ``name``: out of the registry at once, then its queued requests answered and its workers
+        stopped; ModelNotFound when it is not served."""
+        async with self._lock:
+            registry = self.core.registry
+            engine = registry.engines.get(name)
+            if engine is None:
+                known = ", ".join(sorted(registry.engines)) or "none"
+                raise ModelNotFound(f"no model named {name!r} is loaded (loaded: {known})")
+            if registry.default == name:
+                registry.default = None
+            registry.engines = {key: value for key, value in registry.engines.items() if key != name}
+        await engine.stop(drain=True)
+        self.core.metrics.unwatch(engine)
+        logger.info("unloaded model %s", name)
+
+    def _build(self, name: str, path: Path) -> Engine:
+        from service.engine import Engine
+
+        settings = self.core.settings
+        device = resolve_device(settings.device)
+        return Engine.from_bundle(path, settings, name=name, executor=self.core.executor, device=device)
