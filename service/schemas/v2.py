@@ -154,7 +154,7 @@ def inline_json_schema(model: type[BaseModel]) -> dict[str, Any]:
 class V2RepositoryIndexRequest(BaseModel):
     """``POST /v2/repository/index``'s body (optional)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     ready: bool = Field(False, description="Only the models that are ready (served now).")
 
@@ -175,6 +175,6 @@ class V2RepositoryModelRequest(BaseModel):
     from its bundle folder: a ``config`` or ``file:`` override (Triton's) is refused; ``unload_dependents`` is
     accepted (no model here depends on another)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     parameters: dict[str, Any] | None = Field(None, description="unload_dependents, a boolean (unload only).")

@@ -248,8 +248,9 @@ def test_requests_are_labelled_by_their_route_template(client: TestClient) -> No
 def test_the_openapi_document_declares_every_inference_route(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     posted = {path for path, operations in spec["paths"].items() if "post" in operations}
-    # TEI's /tokenize and /decode run no model: FastAPI serves them
-    assert posted == {route.path for route in INFERENCE_ROUTES} | {"/tokenize", "/decode"}
+    # TEI's /tokenize and /decode run no model, nor do the model repository's routes: FastAPI serves them
+    repository = {"/v2/repository/index", "/v2/repository/models/{name}/load", "/v2/repository/models/{name}/unload"}
+    assert posted == {route.path for route in INFERENCE_ROUTES} | {"/tokenize", "/decode"} | repository
     for route in INFERENCE_ROUTES:
         operation = spec["paths"][route.path]["post"]
         assert operation["summary"] == route.operation.replace("_", " ").title()
