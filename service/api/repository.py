@@ -26,7 +26,6 @@ from service.schemas.v2 import (
 router = APIRouter(prefix="/v2/repository", tags=["v2"])
 Body = TypeVar("Body", bound=BaseModel)
 UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
-MODEL_ERRORS = v2_error_responses(BadRequest, InvalidRequest, ModelNotFound)
 
 
 def optional_body(model: type[BaseModel]) -> dict[str, Any]:
@@ -64,12 +63,17 @@ async def repository_index(request: Request) -> V2RepositoryIndexResponse:
     )
 
 
-@router.post(
-    "/models/{name}/load",
-    response_class=Response,
-    responses={200: {"description": "Loaded and warmed up: it takes requests."}, **MODEL_ERRORS},
-    openapi_extra=optional_body(V2RepositoryModelRequest),
-)
+def model_route(action: str, done: str) -> Any:
+    """``POST /v2/repository/models/{name}/<action>``: an empty 200 once ``done``."""
+    return router.post(
+        f"/models/{{name}}/{action}",
+        response_class=Response,
+        responses={200: {"description": done}, **v2_error_responses(BadRequest, InvalidRequest, ModelNotFound)},
+        openapi_extra=optional_body(V2RepositoryModelRequest),
+    )
+
+
+@model_route("load", "Loaded and warmed up: it takes requests.")
 async def load_model(name: str, request: Request) -> Response:
     """Load the model from its bundle folder, or load it again (``load_model``): it takes requests once warm, and a
     model of that name already served answers until then; a bundle that cannot be served leaves the models as they
@@ -81,12 +85,7 @@ async def load_model(name: str, request: Request) -> Response:
     return Response(status_code=200)
 
 
-@router.post(
-    "/models/{name}/unload",
-    response_class=Response,
-    responses={200: {"description": "Unloaded: requests already sent to it were answered."}, **MODEL_ERRORS},
-    openapi_extra=optional_body(V2RepositoryModelRequest),
-)
+@model_route("unload", "Unloaded: requests already sent to it were answered.")
 async def unload_model(name: str, request: Request) -> Response:
     """Stop serving the model (``unload_model``): new requests for it get 404, queued ones are answered first."""
     options = await read_body(request, V2RepositoryModelRequest)

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-from collections.abc import Hashable
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,7 +12,6 @@ from service.errors import ERROR_TYPES
 
 # Bounds that cannot change an answer (no bundle is longer than 512 tokens) but keep numbers sane.
 MAX_TOKENS = 512
-Params = TypeVar("Params", bound=Hashable)
 MAX_TOP_K = 1000
 
 
@@ -201,14 +197,3 @@ class TaskRequest(BaseModel):
     def to_task(self) -> tuple[list[Any], Any]:
         """``(inputs, params)`` in the task handler's types."""
         raise NotImplementedError
-
-    def params(self, kind: type[Params], **given: Any) -> Params:
-        """``kind`` (a task's parameters dataclass) from this request's fields of the same names, ``given`` on top."""
-        fields = type(self).model_fields
-        taken = {name: getattr(self, name) for name in _field_names(kind) if name in fields and name not in given}
-        return kind(**taken, **given)
-
-
-@functools.cache
-def _field_names(kind: type) -> tuple[str, ...]:
-    return tuple(field.name for field in dataclasses.fields(kind))

@@ -10,11 +10,13 @@ Below the contract, the helpers the handlers share: score functions, input check
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
@@ -115,6 +117,7 @@ class ModelContext:
 # A request input that a handler, or the decoding it shares with training (``contract.decoding``), cannot process
 # (empty text, no mask token, a stride out of range, ...): a client error, answered 400. One class for both.
 InputError = DecodeInputError
+Params = TypeVar("Params", bound=Hashable)  # a frozen dataclass
 
 
 class TaskHandler(Protocol):
@@ -293,3 +296,16 @@ def to_sequence(encoding: Encoding) -> ModelRow:
         input_ids=np.asarray(encoding.ids, dtype=np.int64),
         token_type_ids=np.asarray(encoding.type_ids, dtype=np.int64),
     )
+
+
+def params_from(request: Any, kind: type[Params], **given: Any) -> Params:
+    """``kind`` (a task's parameters dataclass) from ``request``'s fields of the same names (a pydantic request
+    model's), ``given`` on top."""
+    fields = type(request).model_fields
+    taken = {name: getattr(request, name) for name in _field_names(kind) if name in fields and name not in given}
+    return kind(**taken, **given)
+
+
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(item.name for item in dataclasses.fields(kind))

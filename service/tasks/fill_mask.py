@@ -166,7 +166,7 @@ class FillMaskRequest(TaskRequest):
 
     def to_task(self) -> tuple[list[Any], FillMaskParams]:
         targets = tuple(self.targets) if self.targets is not None else None
-        return list(self.input_list()), self.params(FillMaskParams, targets=targets)
+        return list(self.input_list()), base.params_from(self, FillMaskParams, targets=targets)
 
 
 class FillMaskPrediction(BaseModel):

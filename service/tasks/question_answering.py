@@ -138,7 +138,7 @@ class QuestionAnsweringRequest(TaskRequest):
 
     def to_task(self) -> tuple[list[Any], QAParams]:
         inputs = [QAInput(question=item.question, context=item.context) for item in self.input_list()]
-        params = self.params(QAParams)
+        params = base.params_from(self, QAParams)
         return inputs, params
 
 

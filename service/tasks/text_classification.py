@@ -173,7 +173,7 @@ class TextClassificationRequest(TaskRequest):
 
     def to_task(self) -> tuple[list[Any], ClassificationParams]:
         inputs = [item if isinstance(item, str) else (item.text, item.text_pair) for item in self.input_list()]
-        params = self.params(ClassificationParams)
+        params = base.params_from(self, ClassificationParams)
         return inputs, params
 
 

@@ -160,7 +160,7 @@ class ZeroShotClassificationRequest(TaskRequest):
 
     def to_task(self) -> tuple[list[Any], ZeroShotParams]:
         labels = self.candidate_labels if isinstance(self.candidate_labels, str) else tuple(self.candidate_labels)
-        params = self.params(ZeroShotParams, candidate_labels=labels)
+        params = base.params_from(self, ZeroShotParams, candidate_labels=labels)
         return list(self.input_list()), params
 
 

@@ -29,17 +29,13 @@ def models_dir(tiny_models: dict[str, TinyModel], tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture(scope="module")
-def server_url(models_dir: Path) -> Iterator[str]:
+def served(models_dir: Path) -> Iterator[tuple[str, Any]]:
+    """The server's URL and a tritonclient for it."""
     settings = Settings(models_dir=models_dir, port=free_port(), intra_op_threads=1, tune=False)  # type: ignore[call-arg]
     with real_server(settings) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def triton(server_url: str) -> Iterator[Any]:
-    client = httpclient.InferenceServerClient(url=server_url.removeprefix("http://"))
-    yield client
-    client.close()
+        client = httpclient.InferenceServerClient(url=url.removeprefix("http://"))
+        yield url, client
+        client.close()
 
 
 def classify(url: str, model: str) -> httpx.Response:
@@ -51,8 +47,9 @@ def states(triton: Any) -> dict[str, tuple[str, str]]:
 
 
 def test_a_bundle_added_while_serving_is_loaded_served_and_unloaded(
-    triton: Any, server_url: str, models_dir: Path, tiny_models: dict[str, TinyModel]
+    served: tuple[str, Any], models_dir: Path, tiny_models: dict[str, TinyModel]
 ) -> None:
+    server_url, triton = served
     first = classify(server_url, "first")
     assert first.status_code == 200
     shutil.copytree(tiny_models["text-classification"].bundle, models_dir / "second")
@@ -76,8 +73,9 @@ def test_a_bundle_added_while_serving_is_loaded_served_and_unloaded(
 
 
 def test_loading_again_keeps_serving_and_a_broken_bundle_leaves_the_models_as_they_were(
-    triton: Any, server_url: str, models_dir: Path
+    served: tuple[str, Any], models_dir: Path
 ) -> None:
+    server_url, triton = served
     triton.load_model("first")  # a reload: the new engine replaces the old once warm
     assert classify(server_url, "first").status_code == 200
 
@@ -92,7 +90,8 @@ def test_loading_again_keeps_serving_and_a_broken_bundle_leaves_the_models_as_th
     assert classify(server_url, "first").status_code == 200
 
 
-def test_unknown_models_and_parameters_are_refused_in_the_protocols_error_shape(triton: Any, server_url: str) -> None:
+def test_unknown_models_and_parameters_are_refused_in_the_protocols_error_shape(served: tuple[str, Any]) -> None:
+    server_url, triton = served
     with pytest.raises(InferenceServerException, match="no model 'nope'"):
         triton.load_model("nope")
     with pytest.raises(InferenceServerException, match="no model named 'nope' is loaded"):
