@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from contract.bundle import BundleError
 from service.device import DeviceUnavailable, resolve_device
 from service.errors import BadRequest, ModelNotFound
+from service.metrics import ServiceMetrics
+from service.settings import Settings
 
 if TYPE_CHECKING:
-    from service.core import ServiceCore
     from service.engine import Engine
 
 logger = logging.getLogger(__name__)
@@ -40,8 +42,29 @@ class RepositoryModel:
     reason: str = ""
 
 
+class Registry(Protocol):
+    """What the repository changes of ``service.core.ModelRegistry``."""
+
+    engines: dict[str, Engine]
+    broken: dict[str, str]
+    default: str | None
+
+
+class Served(Protocol):
+    """What the repository needs of ``service.core.ServiceCore``."""
+
+    settings: Settings
+    metrics: ServiceMetrics
+    executor: ThreadPoolExecutor
+
+    @property
+    def registry(self) -> Registry: ...
+
+    def watch(self, name: str, engine: Engine) -> None: ...
+
+
 class ModelRepository:
-    def __init__(self, core: ServiceCore) -> None:
+    def __init__(self, core: Served) -> None:
         self.core = core
         self.loading: set[str] = set()
         self._lock = asyncio.Lock()  # one load or unload at a time: each replaces the registry's engines

@@ -26,7 +26,7 @@ from service.engine import Engine
 from service.errors import BadRequest, InvalidRequest, UnsupportedMediaType
 from service.schemas.common import TaskRequest
 from service.schemas.v2 import inline_json_schema
-from service.tasks import BY_TASK
+from service.tasks import HF_MAPPINGS
 from service.tasks.base import HfMapping
 
 
@@ -86,7 +86,8 @@ def decode_hf(incoming: Incoming, registry: ModelRegistry) -> Decoded:
     except ValidationError as exc:
         raise invalid_value(exc, incoming.content_type) from None
     engine = select_engine(incoming, registry)
-    mapping = BY_TASK[engine.task].hf if engine.task in BY_TASK else None
+    mappings = HF_MAPPINGS.get(engine.task, [])
+    mapping = next((found for found in mappings if found.accepts is None or found.accepts(body)), None)
     if mapping is None:
         raise BadRequest(f"model {engine.name!r} serves {engine.task}, which the HF Inference API routes do not speak")
     model, fields, single = task_fields(body, mapping)

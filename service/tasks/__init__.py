@@ -16,7 +16,7 @@ from service.tasks import (
     token_classification,
     zero_shot_classification,
 )
-from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler, TaskUnit
+from service.tasks.base import HfMapping, InputError, ModelContext, ModelRow, Prepared, TaskHandler, TaskUnit
 from service.tasks.feature_extraction import (
     Embedding,
     EmbeddingParams,
@@ -44,6 +44,11 @@ UNITS: tuple[TaskUnit, ...] = (
     rerank.UNIT,
 )
 BY_TASK: dict[str, TaskUnit] = {unit.name: unit for unit in UNITS}
+# The HF Inference API's mappings by the task of the models that answer them, those that choose their bodies first.
+HF_MAPPINGS: dict[str, list[HfMapping]] = {}
+for _unit in sorted(UNITS, key=lambda unit: unit.hf is None or unit.hf.accepts is None):
+    if _unit.hf is not None:
+        HF_MAPPINGS.setdefault(_unit.hf.serves or _unit.name, []).append(_unit.hf)
 LAYOUTS: dict[str, TaskLayout] = {unit.name: unit.oip for unit in UNITS if unit.oip is not None}
 HANDLERS: dict[str, TaskHandler] = {unit.name: unit.handler for unit in UNITS if unit.handler is not None}
 
@@ -56,6 +61,7 @@ def unit_of(task: str) -> TaskUnit:
 __all__ = [
     "BY_TASK",
     "HANDLERS",
+    "HF_MAPPINGS",
     "LAYOUTS",
     "UNITS",
     "ClassificationInput",

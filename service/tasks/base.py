@@ -160,11 +160,14 @@ class HfMapping:
 
     ``read``: (body) -> the request model and its fields, and whether the body counts as one input (default: the v1
     request's fields are ``inputs`` and ``parameters``' members); ``answer``: (request, results, single) -> the
-    pipeline-shaped JSON."""
+    pipeline-shaped JSON. Several mappings may serve one task's models (an embeddings model answers feature
+    extraction and sentence similarity): each body goes to the first that ``accepts`` it."""
 
     request: type
     answer: Callable[[Any, list[Any], bool], Any] = pipeline_answer
     read: Callable[[dict[str, Any]], tuple[type, dict[str, Any], bool]] | None = None
+    serves: str | None = None  # the task of the models that answer it (None: the unit's own)
+    accepts: Callable[[dict[str, Any]], bool] | None = None  # the bodies that are its (None: those no other takes)
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,6 @@ def l2_normalized(vector: np.ndarray) -> np.ndarray:
 
 
 class FeatureExtractionHandler:
-
     def prepare(
         self, ctx: ModelContext, inputs: list[Any], params: EmbeddingParams | TokenEmbeddingParams
     ) -> list[Prepared]:
@@ -275,23 +274,14 @@ class TeiEmbedResponse(RootModel[list[list[float]]]):
 
 
 def hf_read(body: dict[str, Any]) -> tuple[type, dict[str, Any], bool]:
-    """HF's feature extraction takes its options at the top level, as TEI and huggingface_hub send them;
-    ``{"inputs": {"source_sentence", "sentences"}}`` is sentence similarity (one answer)."""
-    from service.tasks.sentence_similarity import ParameterizedSimilarityRequest  # it builds on this module
-
+    """HF's feature extraction takes its options at the top level, as TEI and huggingface_hub send them."""
     inputs = body.get("inputs")
     extra = {key: value for key, value in body.items() if key not in ("inputs", "parameters", "options")}
-    if isinstance(inputs, dict) and "source_sentence" in inputs:
-        return ParameterizedSimilarityRequest, {"inputs": inputs, "parameters": body.get("parameters"), **extra}, True
     return TeiEmbedRequest, {"inputs": inputs, **(body.get("parameters") or {}), **extra}, not isinstance(inputs, list)
 
 
 def hf_answer(request: TaskRequest, results: list[Any], single: bool) -> Any:
-    """One vector per text (a list, also for one text); sentence similarity: the source's cosines."""
-    from service.tasks.sentence_similarity import SimilarityRequest
-
-    if isinstance(request, SimilarityRequest):
-        return request.similarities(results)[0]
+    """One vector per text (a list, also for one text)."""
     return [item.vector for item in results]
 
 

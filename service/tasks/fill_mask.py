@@ -65,7 +65,6 @@ def top_indices(values: np.ndarray, k: int) -> np.ndarray:
 
 
 class FillMaskHandler:
-
     def prepare(
         self, ctx: ModelContext, inputs: list[Any], params: FillMaskParams | SparseEmbeddingParams
     ) -> list[Prepared]:

@@ -57,7 +57,6 @@ def _check_postprocess_params(params: QAParams) -> None:
 
 
 class QuestionAnsweringHandler:
-
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: QAParams) -> list[Prepared]:
         _check_postprocess_params(params)  # before any tokenizing: postprocess (decode_qa_answers) checks them too
         max_seq_len, doc_stride = resolve_window_sizes(ctx.max_length, params.max_seq_len, params.doc_stride)

@@ -67,7 +67,6 @@ def _check_params(params: RerankParams) -> str:
 
 
 class RerankHandler:
-
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: RerankParams) -> list[Prepared]:
         direction = _check_params(params)
         documents = [base.require_text(document, f"document {index}") for index, document in enumerate(inputs)]

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.schemas.common import TaskRequest, examples
-from service.tasks.base import TaskUnit, V1Route
+from service.tasks.base import HfMapping, TaskUnit, V1Route
 from service.tasks.feature_extraction import Embedding, EmbeddingParams
 
 SOURCE = {"source_sentence": "A man is eating food.", "sentences": ["A man eats.", "A dog runs in the park."]}
@@ -115,6 +115,18 @@ class SentenceSimilarityResponse(BaseModel):
     results: list[list[float]] = Field(description="Per input, the cosine of the source with each sentence, in order.")
 
 
+def is_similarity(body: dict[str, Any]) -> bool:
+    """An HF Inference API body to an embeddings model that asks for sentence similarity."""
+    inputs = body.get("inputs")
+    return isinstance(inputs, dict) and "source_sentence" in inputs
+
+
+def hf_read(body: dict[str, Any]) -> tuple[type, dict[str, Any], bool]:
+    extra = {key: value for key, value in body.items() if key not in ("inputs", "parameters", "options")}
+    fields = {"inputs": body["inputs"], "parameters": body.get("parameters"), **extra}
+    return ParameterizedSimilarityRequest, fields, True
+
+
 UNIT = TaskUnit(
     "sentence-similarity",
     v1=V1Route(
@@ -123,5 +135,13 @@ UNIT = TaskUnit(
         "The cosine of a source sentence with each of a list, with an embeddings model (sentence-transformers'\n"
         "`similarity`).",
         results=lambda request, results: request.similarities(results),
+    ),
+    # HF's sentence-similarity task, posted to an embeddings model: the source's cosines
+    hf=HfMapping(
+        ParameterizedSimilarityRequest,
+        answer=lambda request, results, single: request.similarities(results)[0],
+        read=hf_read,
+        serves="feature-extraction",
+        accepts=is_similarity,
     ),
 )

@@ -76,7 +76,6 @@ def _as_tokenizer_input(item: Any) -> str | tuple[str, str]:
 
 
 class TextClassificationHandler:
-
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: ClassificationParams) -> list[Prepared]:
         _check_params(params)
         _check_long_text(params)

@@ -94,7 +94,6 @@ def _first_token_indices(windows: list[Encoding], stride: int) -> list[int]:
 
 
 class TokenClassificationHandler:
-
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: TokenClassificationParams) -> list[Prepared]:
         if any(isinstance(item, WordsInput) for item in inputs):
             return _prepare_words(ctx, inputs, params)

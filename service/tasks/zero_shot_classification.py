@@ -91,7 +91,6 @@ class _State:
 
 
 class ZeroShotClassificationHandler:
-
     def prepare(self, ctx: ModelContext, inputs: list[Any], params: ZeroShotParams) -> list[Prepared]:
         labels = parse_labels(params.candidate_labels)
         texts = hypotheses(params.hypothesis_template, labels)
