@@ -120,3 +120,22 @@ def test_only_given_flags_override_and_each_reaches_its_setting(monkeypatch: pyt
     assert (settings.models_dir, settings.models, settings.log_level) == (Path("/m"), ["a=/a", "b=/b"], "debug")
     assert settings.access_log is False
     assert main(["--max-batch-size", "0"]) == 2
+
+
+def test_the_readme_table_of_request_limits_states_each_limits_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("BERTSERVE_"):
+            monkeypatch.delenv(name)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("| setting (flag, env `BERTSERVE_...`) | default | over it |")
+    stated = {}
+    for line in readme[start:].splitlines()[2:]:  # after the header and its rule, to the table's end
+        if not line.strip().startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        stated[cells[0].strip("`")] = cells[1]
+    defaults = Settings()
+    assert len(stated) >= 12
+    for name, default in stated.items():
+        assert name in Settings.model_fields, name
+        assert default == str(getattr(defaults, name)), name
