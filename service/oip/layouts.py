@@ -1,8 +1,8 @@
 """What a task's Open Inference Protocol tensors are (``TaskLayout``: names, types, shapes), and the builders the
 tasks' layouts share; each task module declares its own layout (``service.tasks.<task>.UNIT.oip``).
 
-A v2 request becomes the task's v1 request (``service.schemas``): the input tensors fill its input fields, the
-request's ``parameters`` its options, and the v1 model validates the lot. The v1 results become output tensors.
+A v2 request becomes the task's v1 request (its unit's, ``service.tasks``): the input tensors fill its input fields,
+the request's ``parameters`` its options, and the v1 model validates the lot. The v1 results become output tensors.
 So v2 answers are the v1 answers by construction, with the same validation and limits.
 
 Outputs whose size is fixed by the request are plain tensors (labels BYTES, scores FP32, indices INT64). Ragged

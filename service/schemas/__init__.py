@@ -1,4 +1,6 @@
-"""Request and response models of the HTTP API (they shape the OpenAPI schema and its clients).
+"""The HTTP API's shared models (errors, the model list, health, the task request base) and the protocols' own
+(``v2``: the Open Inference Protocol's, ``tei``: text-embeddings-inference's tokenize/decode/info). A task's request
+and answer models live in its unit (``service.tasks.<task>``).
 
 A request turns into the engine's ``(inputs, params)`` with ``to_task()``. Every response carries
 ``results`` as a list with one entry per input, also when the request sent a single input.
@@ -6,43 +8,4 @@ A request turns into the engine's ``(inputs, params)`` with ``to_task()``. Every
 
 from service.schemas.common import ErrorDetail, ErrorResponse, HealthResponse, ModelCard, ModelsResponse, TaskRequest
 
-__all__ = [
-    "CohereV2RerankRequest",
-    "CohereV2RerankResponse",
-    "EmbeddingData",
-    "EmbeddingsRequest",
-    "EmbeddingsResponse",
-    "EmbeddingsUsage",
-    "Entity",
-    "ErrorDetail",
-    "ErrorResponse",
-    "FillMaskPrediction",
-    "FillMaskRequest",
-    "FillMaskResponse",
-    "HealthResponse",
-    "LabelScore",
-    "ModelCard",
-    "ModelsResponse",
-    "QAAnswer",
-    "QAPair",
-    "QuestionAnsweringRequest",
-    "QuestionAnsweringResponse",
-    "RerankDocument",
-    "RerankRequest",
-    "RerankResponse",
-    "RerankResult",
-    "TaskRequest",
-    "TeiEmbedRequest",
-    "TeiEmbedResponse",
-    "TeiRank",
-    "TeiRerankRequest",
-    "TeiRerankResponse",
-    "TextClassificationRequest",
-    "TextClassificationResponse",
-    "TextPair",
-    "TokenClassificationRequest",
-    "TokenClassificationResponse",
-    "ZeroShotClassificationRequest",
-    "ZeroShotClassificationResponse",
-    "ZeroShotResult",
-]
+__all__ = ["ErrorDetail", "ErrorResponse", "HealthResponse", "ModelCard", "ModelsResponse", "TaskRequest"]
