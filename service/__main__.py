@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from contract.bundle import BundleError
+from service.access_log import JsonFormatter
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -101,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bertserve: error: bad settings: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
     try:
         sources = settings.model_sources()
     except FileNotFoundError as exc:
@@ -139,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
-        access_log=settings.access_log,
+        access_log=False,  # the service writes its own line per request (service.access_log)
+        log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
         timeout_graceful_shutdown=drain_seconds(settings),
         http=bounded_headers_protocol(settings.max_header_bytes),
     )
@@ -160,10 +165,7 @@ def port_problem(host: str, port: int) -> str | None:
         try:
             probe.bind(address)
         except OSError as exc:
-            return (
-                f"cannot listen on {host}:{port} ({exc.strerror}); choose another port: --port N "
-                f"(make serve PORT=N)"
-            )
+            return f"cannot listen on {host}:{port} ({exc.strerror}); choose another port: --port N (make serve PORT=N)"
     return None
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from service.access_log import RequestRecord
 from service.errors import NotReady, Overloaded, PayloadTooLarge, RequestTimeout, ServiceError
 from service.settings import Settings
 from service.tasks.base import ModelRow
@@ -47,6 +48,10 @@ class PendingRequest:
     cancelled: bool = False
     failed: bool = False
     timer: asyncio.TimerHandle | None = None
+    tokens: int = 0  # of its rows, together
+    queued_s: float = 0.0  # its rows' longest wait, from queued to their batch being cut
+    model_s: float = 0.0  # the model time of the batches that ran its rows
+    last_batch: WorkBatch | None = None
 
     @property
     def live(self) -> bool:
@@ -231,7 +236,7 @@ class Batcher:
                 f"the request needs {len(sequences)} rows; model {self.name} queues at most {self.policy.max_queue}"
             )
         items = [WorkItem(request, i, seq, len(seq), now) for i, seq in enumerate(sequences)]
-        tokens = sum(item.length for item in items)
+        tokens = request.tokens = sum(item.length for item in items)
         with self._lock:
             if self._closed:
                 raise NotReady(f"model {self.name} is shutting down")
@@ -292,11 +297,18 @@ class Batcher:
         ahead = self._queued_tokens * (self._seconds_per_token or 0.0) / self.parallel_runs
         return ahead + own > budget
 
-    async def run(self, sequences: list[ModelRow], timeout_s: float | None = None) -> list[RowOutputs]:
-        """Submit rows and wait for their outputs; a cancelled caller's rows never reach the model."""
+    async def run(
+        self, sequences: list[ModelRow], timeout_s: float | None = None, record: RequestRecord | None = None
+    ) -> list[RowOutputs]:
+        """Submit rows and wait for their outputs; a cancelled caller's rows never reach the model. ``record``: the
+        request's access line, given its rows, tokens, queue and model time."""
         request = self.submit(sequences, timeout_s)
         try:
-            return await request.future
+            outputs = await request.future
+            if record is not None:
+                record.rows, record.tokens = len(sequences), request.tokens
+                record.queue_ms, record.model_ms = 1000 * request.queued_s, 1000 * request.model_s
+            return outputs
         except BaseException:
             request.cancelled = True
             if request.timer is not None:
@@ -339,6 +351,10 @@ class Batcher:
                 continue
             request.outputs[item.index] = row
             request.remaining -= 1
+            request.queued_s = max(request.queued_s, batch.formed_at - item.enqueued_at)
+            if request.last_batch is not batch:
+                request.model_s += elapsed_s
+                request.last_batch = batch
             if request.remaining == 0:
                 finished.setdefault(request.loop, []).append(request)
         for loop, requests in finished.items():

@@ -24,6 +24,7 @@ from tokenizers import Encoding
 
 from contract.bundle import Bundle, BundleError, read_bundle
 from contract.tasks import task_spec
+from service.access_log import ACCESS_RECORD
 from service.batcher import Batcher, BatchPolicy, RowOutputs
 from service.device import CPU, Device, DeviceUnavailable, resolve_device
 from service.errors import BadRequest, NotReady, PayloadTooLarge, RequestTimeout
@@ -323,8 +324,11 @@ class Engine:
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             raise RequestTimeout(f"request timed out after {self.settings.timeout_s:g} s")
+        record = ACCESS_RECORD.get()
+        if record is not None:
+            record.model, record.inputs = self.name, len(inputs)
         try:
-            rows = await self.batcher.run(sequences, remaining)
+            rows = await self.batcher.run(sequences, remaining, record)
         except RequestTimeout:
             raise RequestTimeout(f"request timed out after {self.settings.timeout_s:g} s") from None
         try:

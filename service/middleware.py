@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.access_log import ACCESS_LOGGER, ACCESS_RECORD, RequestRecord
 from service.api.entry import body_too_large, header, replaying, send_error
 from service.errors import BodyTimeout, Overloaded, ServiceError, Unauthorized
 from service.metrics import ServiceMetrics
@@ -31,12 +32,31 @@ PLAYGROUND_PREFIX = "/playground/"
 BODILESS_METHODS = ("GET", "HEAD", "OPTIONS")  # neither read nor counted
 
 
+def access_fields(method: str, path: str, status: int, total_s: float, record: RequestRecord) -> dict[str, Any]:
+    fields: dict[str, Any] = {"method": method, "path": path, "status": status}
+    if record.model is not None:
+        fields.update(model=record.model, inputs=record.inputs, rows=record.rows, tokens=record.tokens)
+    if record.queue_ms is not None:
+        fields.update(queue_ms=round(record.queue_ms, 1), model_ms=round(record.model_ms or 0.0, 1))
+    fields["total_ms"] = round(1000 * total_s, 1)
+    return fields
+
+
+def log_access(method: str, path: str, status: int, total_s: float, record: RequestRecord) -> None:
+    fields = access_fields(method, path, status, total_s, record)
+    words = [f"{key}={value}" for key, value in fields.items() if key not in ("method", "path", "status")]
+    ACCESS_LOGGER.info("%s %s %d %s", method, path, status, " ".join(words), extra={"access": fields})
+
+
 class MetricsMiddleware:
     """Counts requests by route template and status, their latency, and how many are in flight."""
 
-    def __init__(self, app: ASGIApp, metrics: ServiceMetrics, known_paths: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, app: ASGIApp, metrics: ServiceMetrics, known_paths: frozenset[str] = frozenset(), access_log: bool = False
+    ) -> None:
         self.app = app
         self.metrics = metrics
+        self.access_log = access_log  # one console line per request (service.access_log)
         self.known_paths = known_paths  # labels requests answered before routing (e.g. 413) by their path
         self._labelled: dict[tuple[str, int], tuple[Any, Any]] = {}  # (route template, status) -> its metrics
 
@@ -54,9 +74,12 @@ class MetricsMiddleware:
             await send(message)
 
         self.metrics.in_flight.inc()
+        record = RequestRecord() if self.access_log else None
+        opened = ACCESS_RECORD.set(record)
         try:
             await self.app(scope, receive, send_with_status)
         finally:
+            ACCESS_RECORD.reset(opened)
             self.metrics.in_flight.dec()
             route = scope.get("route")
             template = getattr(route, "path", None)
@@ -69,8 +92,11 @@ class MetricsMiddleware:
                     self.metrics.request_seconds.labels(template),
                 )
                 self._labelled[(template, status)] = counted
+            elapsed = time.perf_counter() - started
             counted[0].inc()
-            counted[1].observe(time.perf_counter() - started)
+            counted[1].observe(elapsed)
+            if record is not None:
+                log_access(scope["method"], scope["path"], status, elapsed, record)
 
 
 class ApiKeyMiddleware:

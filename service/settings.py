@@ -161,7 +161,14 @@ class Settings(BaseSettings):
         "for short texts a thread hop costs more than the tokenization.",
     )
     log_level: LogLevel = Field(default="info", description="Log level of the service and uvicorn.")
-    access_log: bool = Field(default=False, description="Log one line per request (costs time per request).")
+    access_log: bool = Field(
+        default=True,
+        description="One console line per request: method, path, status, model, inputs, rows, tokens, queue and model "
+        "ms, total ms (never the request's content).",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="text: one readable line per record; json: one JSON object per line."
+    )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         repr=False,
