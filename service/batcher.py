@@ -51,7 +51,6 @@ class PendingRequest:
     tokens: int = 0  # of its rows, together
     queued_s: float = 0.0  # its rows' longest wait, from queued to their batch being cut
     model_s: float = 0.0  # the model time of the batches that ran its rows
-    last_batch: WorkBatch | None = None
 
     @property
     def live(self) -> bool:
@@ -343,6 +342,7 @@ class Batcher:
     def complete(self, batch: WorkBatch, rows: list[RowOutputs], elapsed_s: float) -> None:
         """Hand each row's outputs to its request; resolve requests whose rows are all done."""
         finished: dict[asyncio.AbstractEventLoop, list[PendingRequest]] = {}
+        timed: set[int] = set()
         unwanted = 0
         for item, row in zip(batch.items, rows, strict=True):
             request = item.request
@@ -352,9 +352,9 @@ class Batcher:
             request.outputs[item.index] = row
             request.remaining -= 1
             request.queued_s = max(request.queued_s, batch.formed_at - item.enqueued_at)
-            if request.last_batch is not batch:
+            if id(request) not in timed:  # a batch's model time counts once per request it served
+                timed.add(id(request))
                 request.model_s += elapsed_s
-                request.last_batch = batch
             if request.remaining == 0:
                 finished.setdefault(request.loop, []).append(request)
         for loop, requests in finished.items():

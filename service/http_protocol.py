@@ -8,8 +8,9 @@ the connection gets 431 and is closed before the app sees the request: at most t
 socket (256 KiB) is held. Bodies are bounded in the app (``service.middleware.BodyReadMiddleware``).
 
 Its transport sends a response's head with its body in one ``send()``: uvicorn writes them separately, and on a
-socket with Nagle off each write is a segment of its own, the reader woken for each (``benchmarks/results/overhead.md``:
-the head's write was a quarter of the event loop's time per request).
+socket with Nagle off each write is a segment of its own, the reader woken for each (``python -m benchmarks.overhead
+--profile``, ``benchmarks/results/overhead-before.md``: the head's write held a quarter of the event loop thread's
+samples at c=32).
 """
 
 from __future__ import annotations
