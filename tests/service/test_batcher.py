@@ -5,12 +5,13 @@ import dataclasses
 import math
 import random
 import threading
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import numpy as np
 import pytest
 
-from service.batcher import Batcher, BatchPolicy, choose_rows
+from service.batcher import Batcher, BatchPolicy, RowOutputs, choose_rows
 from service.errors import InferenceError, NotReady, Overloaded, PayloadTooLarge, RequestTimeout
 from service.runtime import Worker
 from service.settings import Settings
@@ -34,12 +35,32 @@ class Harness:
             self.runner.gate.set()
         self.worker.join(5)
 
+    def run(self, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``main`` on a fresh event loop, then stop the worker whatever happened."""
+        try:
+            asyncio.run(main())
+        finally:
+            self.stop()
+
 
 def make(policy: BatchPolicy | None = None, runner: EchoRunner | None = None, start: bool = True) -> Harness:
     harness = Harness(policy or limits(max_wait_s=0.001), runner or EchoRunner())
     if start:
         harness.worker.start()
     return harness
+
+
+def gated(policy: BatchPolicy, poison: int | None = None) -> tuple[Harness, threading.Event]:
+    """A started harness whose runner holds every batch until the returned gate is set."""
+    gate = threading.Event()
+    return make(policy, EchoRunner(gate=gate, poison=poison)), gate
+
+
+async def hold_worker(harness: Harness) -> asyncio.Future[list[RowOutputs]]:
+    """Send the one-row request ``[1]`` and wait until the worker holds it at the gate."""
+    held = asyncio.ensure_future(harness.batcher.run([seq([1])]))
+    await wait_until(harness.runner.entered.is_set)
+    return held
 
 
 def queue_then_serve(harness: Harness, lengths: list[int], token: int = 1) -> None:
@@ -50,10 +71,7 @@ def queue_then_serve(harness: Harness, lengths: list[int], token: int = 1) -> No
         harness.worker.start()
         await asyncio.gather(*(request.future for request in pending))
 
-    try:
-        asyncio.run(main())
-    finally:
-        harness.stop()
+    harness.run(main)
 
 
 async def wait_until(condition, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
@@ -82,10 +100,7 @@ def test_many_concurrent_submitters_each_get_their_own_rows_back() -> None:
     async def main() -> None:
         await asyncio.gather(*(caller(i) for i in range(200)))
 
-    try:
-        asyncio.run(main())
-    finally:
-        harness.stop()
+    harness.run(main)
     sizes = [batch.input_ids.shape[0] for batch in harness.runner.batches]
     assert max(sizes) > 1, "concurrent rows were never batched together"
 
@@ -152,20 +167,15 @@ def test_max_wait_lets_rows_arriving_soon_after_join_the_batch() -> None:
         second = asyncio.ensure_future(harness.batcher.run([seq([3])]))
         await asyncio.gather(first, second)
 
-    try:
-        asyncio.run(main())
-    finally:
-        harness.stop()
+    harness.run(main)
     assert [list(batch.lengths) for batch in harness.runner.batches] == [[1, 2]]
 
 
 def test_cancelled_requests_never_reach_the_model() -> None:
-    gate = threading.Event()
-    harness = make(limits(max_batch_tokens=1000, max_batch_size=1, max_wait_s=0.0), EchoRunner(gate=gate))
+    harness, gate = gated(limits(max_batch_tokens=1000, max_batch_size=1, max_wait_s=0.0))
 
     async def main() -> None:
-        blocker = asyncio.ensure_future(harness.batcher.run([seq([1])]))
-        await wait_until(harness.runner.entered.is_set)
+        blocker = await hold_worker(harness)
         doomed = asyncio.ensure_future(harness.batcher.run([seq([666, 667]), seq([668])]))
         survivor = asyncio.ensure_future(harness.batcher.run([seq([5])]))
         await wait_until(lambda: harness.batcher.queue_depth == 3)
@@ -176,10 +186,7 @@ def test_cancelled_requests_never_reach_the_model() -> None:
         with pytest.raises(asyncio.CancelledError):
             await doomed
 
-    try:
-        asyncio.run(main())
-    finally:
-        harness.stop()
+    harness.run(main)
     seen = harness.runner.seen_ids()
     assert {1, 5} <= seen
     assert not seen & {666, 667, 668}
@@ -187,12 +194,10 @@ def test_cancelled_requests_never_reach_the_model() -> None:
 
 
 def test_timeout_fails_with_request_timeout_and_the_rows_are_dropped() -> None:
-    gate = threading.Event()
-    harness = make(limits(max_batch_size=1, max_wait_s=0.0), EchoRunner(gate=gate))
+    harness, gate = gated(limits(max_batch_size=1, max_wait_s=0.0))
 
     async def main() -> None:
-        blocker = asyncio.ensure_future(harness.batcher.run([seq([1])]))
-        await wait_until(harness.runner.entered.is_set)
+        blocker = await hold_worker(harness)
         with pytest.raises(RequestTimeout) as caught:
             await harness.batcher.run([seq([777])], timeout_s=0.05)
         assert caught.value.status_code == 504
@@ -200,20 +205,15 @@ def test_timeout_fails_with_request_timeout_and_the_rows_are_dropped() -> None:
         await blocker
         assert (await harness.batcher.run([seq([8])]))[0]["total"] == 8
 
-    try:
-        asyncio.run(main())
-    finally:
-        harness.stop()
+    harness.run(main)
     assert 777 not in harness.runner.seen_ids()
 
 
 def test_full_queue_is_overloaded_with_retry_after() -> None:
-    gate = threading.Event()
-    harness = make(limits(max_batch_size=1, max_wait_s=0.0, max_queue=3), EchoRunner(gate=gate))
+    harness, gate = gated(limits(max_batch_size=1, max_wait_s=0.0, max_queue=3))
 
     async def main() -> None:
-        running = asyncio.ensure_future(harness.batcher.run([seq([1])]))
-        await wait_until(harness.runner.entered.is_set)
+        running = await hold_worker(harness)
         queued = asyncio.ensure_future(harness.batcher.run([seq([2]), seq([3])]))
         await wait_until(lambda: harness.batcher.queue_depth == 2)
         with pytest.raises(Overloaded) as caught:
@@ -226,20 +226,14 @@ def test_full_queue_is_overloaded_with_retry_after() -> None:
         gate.set()
         await asyncio.gather(running, queued)
 
-    try:
-        asyncio.run(main())
-    finally:
-        harness.stop()
+    harness.run(main)
 
 
 def test_a_failing_batch_fails_only_its_requests_and_the_worker_keeps_serving() -> None:
-    gate = threading.Event()
-    runner = EchoRunner(gate=gate, poison=13)
-    harness = make(limits(max_batch_tokens=1000, max_batch_size=2, max_wait_s=0.0), runner)
+    harness, gate = gated(limits(max_batch_tokens=1000, max_batch_size=2, max_wait_s=0.0), poison=13)
 
     async def main() -> None:
-        first = asyncio.ensure_future(harness.batcher.run([seq([1])]))
-        await wait_until(runner.entered.is_set)
+        first = await hold_worker(harness)
         # Queued while the worker is busy: [13] and [2] form one batch, [3, 3] and [4, 4] the next.
         poisoned = asyncio.ensure_future(harness.batcher.run([seq([13])]))
         neighbour = asyncio.ensure_future(harness.batcher.run([seq([2])]))
@@ -255,10 +249,7 @@ def test_a_failing_batch_fails_only_its_requests_and_the_worker_keeps_serving() 
             assert int((await task)[0]["total"]) == 2 * n
         assert int((await harness.batcher.run([seq([9])]))[0]["total"]) == 9
 
-    try:
-        asyncio.run(main())
-    finally:
-        harness.stop()
+    harness.run(main)
     assert harness.worker.alive is False  # stopped by the harness, not by the failure
     assert harness.worker.died is None and harness.worker.failures_in_a_row == 0
 
@@ -286,10 +277,7 @@ def test_a_dead_worker_fails_pending_requests_and_reports_not_alive() -> None:
         with pytest.raises(NotReady):
             harness.batcher.submit([seq([1])])
 
-    try:
-        asyncio.run(main())
-    finally:
-        harness.stop()
+    harness.run(main)
     assert isinstance(harness.worker.died, WorkerKilled)
 
 
@@ -305,10 +293,7 @@ def test_close_with_drain_finishes_queued_work_and_then_refuses() -> None:
         with pytest.raises(NotReady):
             harness.batcher.submit([seq([1])])
 
-    try:
-        asyncio.run(main())
-    finally:
-        harness.stop()
+    harness.run(main)
 
 
 def test_policy_takes_every_limit_from_the_settings() -> None:
