@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -137,6 +138,17 @@ def real_server(settings: Settings, ready_timeout_s: float = 30.0) -> Iterator[s
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@contextmanager
+def real_server_for(bundles: Mapping[str, Path], **settings: Any) -> Iterator[str]:
+    """``real_server`` on a free port with one ORT thread, serving ``bundles`` (model name -> bundle folder) with the
+    other ``settings`` as given."""
+    served = Settings(
+        models=[f"{name}={path}" for name, path in bundles.items()], port=free_port(), intra_op_threads=1, **settings
+    )
+    with real_server(served) as url:
+        yield url
 
 
 def request_body(spec: dict[str, Any], path: str) -> tuple[str | None, dict[str, Any]]:

@@ -18,23 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.settings import Settings
-from tests.service.apptools import free_port, real_server
+from tests.service.apptools import real_server_for
 from tests.service.tiny_models import SERVED_TASKS, TinyModel
 
 
 @pytest.fixture(scope="module")
 def server_url(tiny_models: dict[str, TinyModel]) -> Iterator[str]:
-    port = free_port()
-    settings = Settings(
-        models=[f"{task}={model.bundle}" for task, model in tiny_models.items()],
-        port=port,
-        intra_op_threads=1,
-        max_inputs_per_request=8,
-        max_body_bytes=64 * 1024,
-        timeout_s=20,
-    )
-    with real_server(settings) as url:
+    bundles = {task: model.bundle for task, model in tiny_models.items()}
+    with real_server_for(bundles, max_inputs_per_request=8, max_body_bytes=64 * 1024, timeout_s=20) as url:
         yield url
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from service.settings import Settings
-from tests.service.apptools import free_port, ready_app_client, real_server, request_body
+from tests.service.apptools import ready_app_client, real_server_for, request_body
 from tests.service.embedding_checks import assert_same_neighbours, cosines
 
 SENTENCES = [
@@ -72,15 +72,8 @@ def oracle(sentence_models: dict[str, Path]) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def server_url(bundles: dict[str, Path]) -> Iterator[str]:
     """A real uvicorn server (in a thread) serving the three embedding bundles."""
-    port = free_port()
-    settings = Settings(
-        models=[f"{name}={path}" for name, path in bundles.items()],
-        port=port,
-        intra_op_threads=1,
-        max_inputs_per_request=4,  # the v1 task routes' limit; embeddings have their own (max_embedding_inputs)
-        timeout_s=20,
-    )
-    with real_server(settings) as url:
+    # max_inputs_per_request: the v1 task routes' limit; embeddings have their own (max_embedding_inputs)
+    with real_server_for(bundles, max_inputs_per_request=4, timeout_s=20) as url:
         yield url
 
 

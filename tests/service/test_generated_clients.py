@@ -25,8 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.settings import Settings
-from tests.service.apptools import free_port, real_server
+from tests.service.apptools import real_server_for
 from tests.service.readme_examples import (
     ReadmeCall,
     hey_api_calls,
@@ -52,13 +51,7 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def server_url(tiny_models: dict[str, TinyModel]) -> Iterator[str]:
-    settings = Settings(
-        models=[f"{name}={tiny_models[task].bundle}" for name, task in README_MODELS.items()],
-        port=free_port(),
-        intra_op_threads=1,
-        timeout_s=20,
-    )
-    with real_server(settings) as url:
+    with real_server_for({name: tiny_models[task].bundle for name, task in README_MODELS.items()}, timeout_s=20) as url:
         yield url
 
 

@@ -16,7 +16,7 @@ from selenium.webdriver.common.by import By
 from service.api.playground import PAGE_FILES
 from service.app import create_app
 from service.settings import Settings
-from tests.service.apptools import free_port, real_server
+from tests.service.apptools import real_server_for
 from tests.service.browser import (
     SELECT_MODEL,
     BrowserMissing,
@@ -65,13 +65,7 @@ def test_the_page_is_open_with_api_keys_but_the_api_it_calls_is_not() -> None:
 
 @pytest.fixture(scope="module")
 def server_url(tiny_models: dict[str, TinyModel]) -> Iterator[str]:
-    settings = Settings(
-        models=[f"{task}={tiny_models[task].bundle}" for task in SERVED_TASKS],
-        port=free_port(),
-        api_keys=[KEY],
-        intra_op_threads=1,
-    )
-    with real_server(settings) as url:
+    with real_server_for({task: tiny_models[task].bundle for task in SERVED_TASKS}, api_keys=[KEY]) as url:
         yield url
 
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from service.settings import Settings
-from tests.service.apptools import free_port, ready_app_client, real_server
+from tests.service.apptools import ready_app_client, real_server_for
 from tests.service.tiny_models import TinyModel
 
 cohere = pytest.importorskip("cohere")
@@ -27,10 +27,7 @@ DOCUMENTS = [
 
 @pytest.fixture(scope="module")
 def server_url(tiny_models: dict[str, TinyModel]) -> Iterator[str]:
-    settings = Settings(  # type: ignore[call-arg]
-        models=[f"rerank={tiny_models['rerank'].bundle}"], port=free_port(), intra_op_threads=1, tune=False
-    )
-    with real_server(settings) as url:
+    with real_server_for({"rerank": tiny_models["rerank"].bundle}, tune=False) as url:
         yield url
 
 

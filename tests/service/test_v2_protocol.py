@@ -19,7 +19,7 @@ import pytest
 from contract.tasks import TASK_NAMES
 from service.settings import Settings
 from service.tasks import LAYOUTS
-from tests.service.apptools import free_port, real_server
+from tests.service.apptools import real_server_for
 from tests.service.tiny_models import TinyModel
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -49,14 +49,7 @@ def bundles(tiny_models: dict[str, TinyModel], tmp_path_factory: pytest.TempPath
 
 @pytest.fixture(scope="module")
 def server_url(bundles: dict[str, Path]) -> Iterator[str]:
-    settings = Settings(
-        models=[f"{name}={path}" for name, path in bundles.items()],
-        port=free_port(),
-        intra_op_threads=1,
-        max_inputs_per_request=8,
-        timeout_s=20,
-    )  # type: ignore[call-arg]
-    with real_server(settings) as url:
+    with real_server_for(bundles, max_inputs_per_request=8, timeout_s=20) as url:
         yield url
 
 
