@@ -95,13 +95,13 @@ def hf_tokenizer(tokenizer_dir: Path) -> Any:
     return transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
 
 
-def model_context(tokenizer_dir: Path, config: Any) -> ModelContext:
+def model_context(tokenizer_dir: Path, config: Any, max_length: int = MAX_LENGTH) -> ModelContext:
     tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return ModelContext(
         tokenizer=tokenizer,
-        max_length=MAX_LENGTH,
+        max_length=max_length,
         id2label={int(k): v for k, v in config.id2label.items()},
         problem_type=config.problem_type,
         mask_token="[MASK]",

@@ -23,9 +23,8 @@ from service.tasks import (
     QAParams,
     TokenClassificationParams,
 )
-from service.tasks.base import ModelContext
 from service.tasks.token_classification import STRATEGIES
-from tests.service.tasks.conftest import NER_LABELS, TaskFixture, assert_same, tiny_model, transformers
+from tests.service.tasks.conftest import NER_LABELS, TaskFixture, assert_same, model_context, tiny_model, transformers
 
 try:
     DATA = shared_data_dir()  # $BERTSERVE_DATA_DIR, else shared/data above the working directory
@@ -53,20 +52,7 @@ def real_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def make(task: str, architecture: str, folder: Path, **config_fields: Any) -> TaskFixture:
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     model = tiny_model(architecture, len(hf_tokenizer), max_position_embeddings=MAX_LENGTH, **config_fields)
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    ctx = ModelContext(
-        tokenizer=tokenizer,
-        max_length=MAX_LENGTH,
-        id2label={int(k): v for k, v in model.config.id2label.items()},
-        problem_type=model.config.problem_type,
-        mask_token="[MASK]",
-        mask_token_id=tokenizer.token_to_id("[MASK]"),
-        cls_token_id=tokenizer.token_to_id("[CLS]"),
-        sep_token_id=tokenizer.token_to_id("[SEP]"),
-        pad_token_id=tokenizer.token_to_id("[PAD]"),
-        unk_token_id=tokenizer.token_to_id("[UNK]"),
-    )
-    return TaskFixture(task, model, ctx, hf_tokenizer)
+    return TaskFixture(task, model, model_context(folder, model.config, MAX_LENGTH), hf_tokenizer)
 
 
 def tsv_rows(path: Path, count: int) -> list[list[str]]:
