@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
+import httpx
 import pytest
 
 from service.engine import Engine
 from service.settings import Settings
-from tests.service.apptools import gate_engine, serving, wait_for
+from tests.service.apptools import GatedRunner, gate_engine, serving, wait_for
 from tests.service.test_api import assert_error
 from tests.service.tiny_models import TinyModel
 
@@ -27,13 +29,21 @@ def settings_for(model: TinyModel, **overrides: object) -> Settings:
     )
 
 
+async def hold_first_request(
+    client: httpx.AsyncClient, engine: Engine
+) -> tuple[GatedRunner, threading.Event, asyncio.Future[httpx.Response]]:
+    """Gate ``engine``'s model and post a first request to ROUTE; returns once the model holds it."""
+    runner, gate = gate_engine(engine)
+    held = asyncio.ensure_future(client.post(ROUTE, json={"inputs": "first"}))
+    await wait_for(runner.entered.is_set)
+    return runner, gate, held
+
+
 def test_full_queue_answers_429_with_retry_after(text_classification_model: TinyModel) -> None:
     async def main() -> None:
         async with serving(settings_for(text_classification_model, max_queue=2)) as (app, client):
             engine = app.state.registry.engines["sst"]
-            runner, gate = gate_engine(engine)
-            running = asyncio.ensure_future(client.post(ROUTE, json={"inputs": "first"}))
-            await wait_for(runner.entered.is_set)
+            _, gate, running = await hold_first_request(client, engine)
             queued = [asyncio.ensure_future(client.post(ROUTE, json={"inputs": text})) for text in ("two", "three")]
             await wait_for(lambda: engine.batcher.queue_depth == 2)
             refused = await client.post(ROUTE, json={"inputs": "four"})
@@ -51,9 +61,7 @@ def test_slow_model_answers_504_and_drops_the_rows(text_classification_model: Ti
     async def main() -> None:
         async with serving(settings_for(text_classification_model, timeout_s=0.2)) as (app, client):
             engine = app.state.registry.engines["sst"]
-            runner, gate = gate_engine(engine)
-            blocker = asyncio.ensure_future(client.post(ROUTE, json={"inputs": "first"}))
-            await wait_for(runner.entered.is_set)
+            runner, gate, blocker = await hold_first_request(client, engine)
             assert_error(await client.post(ROUTE, json={"inputs": "monday tuesday"}), 504, "timeout", "0.2")
             gate.set()
             assert (await blocker).status_code == 504  # it waited on the gate past its own deadline too
@@ -107,9 +115,7 @@ def test_client_disconnect_cancels_the_request_before_it_reaches_the_model(
     async def main() -> None:
         async with serving(settings_for(text_classification_model)) as (app, client):
             engine = app.state.registry.engines["sst"]
-            runner, gate = gate_engine(engine)
-            blocker = asyncio.ensure_future(client.post(ROUTE, json={"inputs": "first"}))
-            await wait_for(runner.entered.is_set)
+            runner, gate, blocker = await hold_first_request(client, engine)
 
             body = json.dumps(payload).encode()
             gone = asyncio.Event()
