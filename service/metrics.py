@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -38,46 +38,29 @@ class ServiceMetrics:
             registry=reg,
         )
         self.in_flight = Gauge("bertserve_requests_in_flight", "HTTP requests being handled", registry=reg)
-        self.queue_seconds = Histogram(
-            "bertserve_queue_seconds",
-            "Time a row waited before its batch formed",
-            MODEL_LABELS,
-            buckets=LATENCY_BUCKETS,
-            registry=reg,
+
+        def per_model_histogram(name: str, documentation: str, buckets: Sequence[float]) -> Histogram:
+            return Histogram(name, documentation, MODEL_LABELS, buckets=buckets, registry=reg)
+
+        def per_model_counter(name: str, documentation: str) -> Counter:
+            return Counter(name, documentation, MODEL_LABELS, registry=reg)
+
+        self.queue_seconds = per_model_histogram(
+            "bertserve_queue_seconds", "Time a row waited before its batch formed", LATENCY_BUCKETS
         )
-        self.batch_size = Histogram(
-            "bertserve_batch_size", "Rows per batch", MODEL_LABELS, buckets=SIZE_BUCKETS, registry=reg
+        self.batch_size = per_model_histogram("bertserve_batch_size", "Rows per batch", SIZE_BUCKETS)
+        self.batch_tokens = per_model_histogram(
+            "bertserve_batch_tokens", "Padded tokens per batch (rows x longest row)", TOKEN_BUCKETS
         )
-        self.batch_tokens = Histogram(
-            "bertserve_batch_tokens",
-            "Padded tokens per batch (rows x longest row)",
-            MODEL_LABELS,
-            buckets=TOKEN_BUCKETS,
-            registry=reg,
+        self.padding_waste = per_model_histogram(
+            "bertserve_batch_padding_ratio", "Share of a batch's tokens that are padding", RATIO_BUCKETS
         )
-        self.padding_waste = Histogram(
-            "bertserve_batch_padding_ratio",
-            "Share of a batch's tokens that are padding",
-            MODEL_LABELS,
-            buckets=RATIO_BUCKETS,
-            registry=reg,
+        self.padding_tokens = per_model_counter("bertserve_padding_tokens", "Padding tokens run through the model")
+        self.real_tokens = per_model_counter("bertserve_real_tokens", "Input tokens run through the model")
+        self.inference_seconds = per_model_histogram(
+            "bertserve_inference_seconds", "Time per batch: pad, run the session, split outputs", LATENCY_BUCKETS
         )
-        self.padding_tokens = Counter(
-            "bertserve_padding_tokens", "Padding tokens run through the model", MODEL_LABELS, registry=reg
-        )
-        self.real_tokens = Counter(
-            "bertserve_real_tokens", "Input tokens run through the model", MODEL_LABELS, registry=reg
-        )
-        self.inference_seconds = Histogram(
-            "bertserve_inference_seconds",
-            "Time per batch: pad, run the session, split outputs",
-            MODEL_LABELS,
-            buckets=LATENCY_BUCKETS,
-            registry=reg,
-        )
-        self.failed_batches = Counter(
-            "bertserve_failed_batches", "Batches whose inference failed", MODEL_LABELS, registry=reg
-        )
+        self.failed_batches = per_model_counter("bertserve_failed_batches", "Batches whose inference failed")
         self.queue_depth = Gauge("bertserve_queue_depth", "Rows waiting per model", MODEL_LABELS, registry=reg)
         self.batching = Gauge(
             "bertserve_batching",
