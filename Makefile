@@ -22,7 +22,12 @@ $(VENV)/.installed: $(VENV)/.serve-installed
 	$(PY) -m pip install -q -e ".[serve,train,export,dev]"
 	touch $@
 
-setup: $(VENV)/.installed
+# The gRPC protocol's descriptors, compiled from its .proto (never committed).
+GRPC_DESCRIPTORS := service/grpc/oip_v2.binpb
+$(GRPC_DESCRIPTORS): service/grpc/oip_v2.proto $(VENV)/.serve-installed
+	$(PY) -m service.grpc.build
+
+setup: $(VENV)/.installed $(GRPC_DESCRIPTORS)
 
 # Headless Chromium for the playground and docs browser tests: Debian's packages, ~30 s to install when missing.
 browser:
@@ -52,7 +57,7 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m mypy contract training model_export service demo
 
-demo: $(VENV)/.serve-installed
+demo: $(VENV)/.serve-installed $(GRPC_DESCRIPTORS)
 	$(PY) -m demo --out $(MODELS)
 
 serve: demo

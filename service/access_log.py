@@ -7,6 +7,8 @@ each request in ``ACCESS_RECORD`` (a context variable: the request's own task se
 fill it in as the request passes, and the layer writes the line when the answer has gone.
 
     POST /v1/text-classification 200 model=sst2 inputs=2 rows=2 tokens=14 queue_ms=0.3 model_ms=4.9 total_ms=7.2
+
+A gRPC call's line has the method ``GRPC``, the call's path and its status code's name (``OK``, ...).
 """
 
 from __future__ import annotations
@@ -33,6 +35,22 @@ class RequestRecord:
 
 
 ACCESS_RECORD: ContextVar[RequestRecord | None] = ContextVar("bertserve_access_record", default=None)
+
+
+def access_fields(method: str, path: str, status: int | str, total_s: float, record: RequestRecord) -> dict[str, Any]:
+    fields: dict[str, Any] = {"method": method, "path": path, "status": status}
+    if record.model is not None:
+        fields.update(model=record.model, inputs=record.inputs, rows=record.rows, tokens=record.tokens)
+    if record.queue_ms is not None:
+        fields.update(queue_ms=round(record.queue_ms, 1), model_ms=round(record.model_ms or 0.0, 1))
+    fields["total_ms"] = round(1000 * total_s, 1)
+    return fields
+
+
+def log_access(method: str, path: str, status: int | str, total_s: float, record: RequestRecord) -> None:
+    fields = access_fields(method, path, status, total_s, record)
+    words = [f"{key}={value}" for key, value in fields.items() if key not in ("method", "path", "status")]
+    ACCESS_LOGGER.info("%s %s %s %s", method, path, status, " ".join(words), extra={"access": fields})
 
 
 class JsonFormatter(logging.Formatter):

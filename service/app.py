@@ -1,7 +1,8 @@
 """``create_app(settings)`` / ``create_app(core=core)``: the HTTP transport over a ``ServiceCore``: routes, error
 mapping, middleware, and a lifespan that starts the core (loading its models first unless ``python -m service``
-already did, to fail fast on a bad bundle; ``/health/ready`` is 503 until every model is warm) and on shutdown stops
-it (readiness off, queued work drained, workers stopped).
+already did, to fail fast on a bad bundle; ``/health/ready`` is 503 until every model is warm) and the gRPC
+transport beside it when ``grpc_port`` is set, and on shutdown stops them (readiness off, queued work drained,
+workers stopped).
 """
 
 from __future__ import annotations
@@ -96,9 +97,18 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await core.start()
         app.state.registry = core.registry
+        grpc = None
+        if settings.grpc_port is not None:  # the gRPC transport, over the same core, on this event loop
+            from service.grpc.server import GrpcTransport
+
+            grpc = GrpcTransport(core)
+            await grpc.start()
+            app.state.grpc = grpc
         try:
             yield
         finally:
+            if grpc is not None:
+                await grpc.stop(grace_s=settings.timeout_s)  # calls in flight finish within their deadline
             await core.stop(drain=True)
 
     app = FastAPI(
@@ -130,7 +140,7 @@ def create_app(
         (route.path_regex, frozenset(route.methods or ())) for route in routes if isinstance(route, Route)
     ]
     app.add_middleware(InferenceEntry, routes=[(route, posted[route.path]) for route in INFERENCE_ROUTES])
-    app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent_requests=settings.max_concurrent_requests)
+    app.add_middleware(ConcurrencyLimitMiddleware, permits=core.permits)
     app.add_middleware(
         BodyReadMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hmac
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from contract.bundle import BundleError
 from service.device import resolve_device
 from service.engine import Engine
-from service.errors import BadRequest, ClientClosedRequest, ModelNotFound, PayloadTooLarge
+from service.errors import BadRequest, ClientClosedRequest, ModelNotFound, Overloaded, PayloadTooLarge
 from service.metrics import ServiceMetrics
 from service.repository import ModelRepository
 from service.runtime import release_free_memory
@@ -42,6 +43,7 @@ from service.tasks import BY_TASK
 
 if TYPE_CHECKING:
     from service.engine import Engine
+    from service.schemas.common import TaskRequest
 
 
 logger = logging.getLogger(__name__)
@@ -127,6 +129,31 @@ class ModelRegistry:
         await asyncio.gather(*(engine.stop(drain=drain) for engine in self.engines.values()))
 
 
+class Permits:
+    """Inference requests in flight, over every transport: at most ``limit`` (``max_concurrent_requests``) at once;
+    one more is refused at once (Overloaded, before any model work)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self) -> None:
+        if self.held >= self.limit:
+            raise Overloaded(f"{self.limit} requests in flight already (max_concurrent_requests)")
+        self.held += 1
+
+    def give(self) -> None:
+        self.held -= 1
+
+
+def key_authorised(authorization: bytes, keys: Sequence[bytes]) -> bool:
+    """Whether an ``Authorization`` value is ``Bearer KEY`` with one of ``keys``. Every key is compared, in constant
+    time, whatever the outcome: the time taken tells nothing about the keys."""
+    scheme, _, token = authorization.partition(b" ")
+    matches = [hmac.compare_digest(token.strip(), key) for key in keys]
+    return scheme.lower() == b"bearer" and any(matches)
+
+
 T = TypeVar("T")
 
 ClientGone = Callable[[], Awaitable[object]]
@@ -143,6 +170,12 @@ class InferenceRequest:
     # The parameters the request gave, asked only of a model with request defaults (None: all were given).
     explicit: Callable[[], frozenset[str]] | None = None
 
+    @classmethod
+    def of(cls, request: TaskRequest) -> InferenceRequest:
+        """A protocol's validated task request, in the handler's types."""
+        inputs, params = request.to_task()
+        return cls(request.task, inputs, params, request.model, request.given_fields)
+
 
 @dataclass(frozen=True, slots=True)
 class InferenceResult:
@@ -156,10 +189,11 @@ async def run_inference(
     settings: Settings,
     client_gone: ClientGone | None = None,
     engine: Engine | None = None,
+    timeout_s: float | None = None,
 ) -> InferenceResult:
     """Select the engine (unless the protocol chose ``engine``: an OIP v2 path names it), enforce the task's input
-    limit (its task unit's: ``max_inputs_per_request``, ``max_embedding_inputs``), infer;
-    cancelled if ``client_gone`` returns first."""
+    limit (its task unit's: ``max_inputs_per_request``, ``max_embedding_inputs``), infer within ``timeout_s`` (at
+    most the settings' ``timeout_s``); cancelled if ``client_gone`` returns first."""
     # No shutting_down check here: after SIGTERM uvicorn accepts no new connections, and a request already
     # sent on an open one is answered; the engines refuse work only once the lifespan stops them.
     if engine is None:
@@ -169,7 +203,7 @@ async def run_inference(
     count, limit = len(request.inputs), getattr(settings, setting)
     if count > limit:
         raise PayloadTooLarge(f"{count} inputs in one request; the limit is {limit} ({Settings.named(setting)})")
-    work = engine.infer(request.inputs, engine.with_request_defaults(request.params, request.explicit))
+    work = engine.infer(request.inputs, engine.with_request_defaults(request.params, request.explicit), timeout_s)
     results = await (work if client_gone is None else until_disconnected(work, client_gone))
     return InferenceResult(engine.name, results)
 
@@ -219,6 +253,7 @@ class ServiceCore:
         self.metrics = ServiceMetrics()
         self.executor = ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix="bertserve-prepare")
         self.registry = ModelRegistry({})
+        self.permits = Permits(settings.max_concurrent_requests)
         self._engines = dict(engines) if engines is not None else None
         self._broken = dict(broken or {})
         self._tasks: list[asyncio.Task[None]] = []

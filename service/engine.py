@@ -297,22 +297,31 @@ class Engine:
         chosen = {key: value for key, value in defaults.items() if key not in given and key in names}
         return dataclasses.replace(params, **chosen) if chosen else params  # type: ignore[type-var]
 
-    async def infer(self, inputs: list[Any], params: Any) -> list[Any]:
-        """One request: prepare -> batcher -> postprocess; a result per input. A short request is prepared and
+    async def infer(self, inputs: list[Any], params: Any, timeout_s: float | None = None) -> list[Any]:
+        """One request: prepare -> batcher -> postprocess; a result per input, within ``timeout_s`` (the settings'
+        ``timeout_s`` when None or longer: a gRPC client's deadline may be shorter). A short request is prepared and
         post-processed on the event loop (a thread hop costs more); a long one on the prepare threads, once their
         ledger admits it (service/prepare_stage.py), so neither its tokenizing nor its decoding holds the loop."""
         if self._stopping or not self._started:
             raise NotReady(f"model {self.name} is not accepting requests")
-        deadline = time.perf_counter() + self.settings.timeout_s
+        budget = self.settings.timeout_s if timeout_s is None else min(timeout_s, self.settings.timeout_s)
+        deadline = time.perf_counter() + budget
         texts = input_texts(inputs)
         chars = sum(len(text) for text in texts)
         if chars <= self.settings.prepare_inline_chars:
-            return await self._infer(inputs, params, texts, chars, deadline, None)
-        async with admitted(self._ledger, chars, self.batcher.seconds_ahead(), self.settings.timeout_s) as stage:
-            return await self._infer(inputs, params, texts, chars, deadline, stage)
+            return await self._infer(inputs, params, texts, chars, deadline, budget, None)
+        async with admitted(self._ledger, chars, self.batcher.seconds_ahead(), budget) as stage:
+            return await self._infer(inputs, params, texts, chars, deadline, budget, stage)
 
     async def _infer(
-        self, inputs: list[Any], params: Any, texts: list[str], chars: int, deadline: float, stage: Stage | None
+        self,
+        inputs: list[Any],
+        params: Any,
+        texts: list[str],
+        chars: int,
+        deadline: float,
+        budget: float,
+        stage: Stage | None,
     ) -> list[Any]:
         try:
             prepare = functools.partial(self._prepare, inputs, params, texts, chars)
@@ -323,14 +332,14 @@ class Engine:
         self._check_lengths(sequences)
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
-            raise RequestTimeout(f"request timed out after {self.settings.timeout_s:g} s")
+            raise RequestTimeout(f"request timed out after {budget:g} s")
         record = ACCESS_RECORD.get()
         if record is not None:
             record.model, record.inputs = self.name, len(inputs)
         try:
             rows = await self.batcher.run(sequences, remaining, record)
         except RequestTimeout:
-            raise RequestTimeout(f"request timed out after {self.settings.timeout_s:g} s") from None
+            raise RequestTimeout(f"request timed out after {budget:g} s") from None
         try:
             decode = functools.partial(self._postprocess, prepared, rows, params)
             return decode() if stage is None else await stage.run(self._executor, decode)

@@ -1,4 +1,5 @@
-"""The service's closed error hierarchy: the one mapping from errors to HTTP status codes.
+"""The service's closed error hierarchy: the one mapping from errors to HTTP status codes, and the one to gRPC
+status codes (``grpc_code``, a ``grpc.StatusCode`` name: the gRPC transport reads it; nothing here imports grpc).
 
 Every error response has the body ``{"error": {"type": ..., "message": ...}}``, except on the Open Inference
 Protocol's paths (``/v2``...), whose spec says ``{"error": "message"}``: ``error_body`` picks by path.
@@ -16,6 +17,7 @@ class ServiceError(Exception):
     """Base of every error the service reports to a client; raised as itself, an unexpected failure."""
 
     status_code: ClassVar[int] = 500
+    grpc_code: ClassVar[str] = "INTERNAL"
     error_type: ClassVar[str] = "internal_error"
     description: ClassVar[str] = "Unexpected server error."
 
@@ -35,6 +37,7 @@ class Unauthorized(ServiceError):
     """No API key, or not one of the configured keys."""
 
     status_code = 401
+    grpc_code = "UNAUTHENTICATED"
     error_type = "unauthorized"
     description = "A missing or wrong API key ('Authorization: Bearer KEY')."
 
@@ -44,6 +47,7 @@ class Unauthorized(ServiceError):
 
 class BadRequest(ServiceError):
     status_code = 400
+    grpc_code = "INVALID_ARGUMENT"
     error_type = "bad_request"
     description = "Bad input, bad parameters, or an ambiguous or wrong-task model."
 
@@ -52,18 +56,21 @@ class NotFound(ServiceError):
     """No route at this path (raised by the router, not by the service)."""
 
     status_code = 404
+    grpc_code = "UNIMPLEMENTED"
     error_type = "not_found"
     description = "No such path."
 
 
 class ModelNotFound(ServiceError):
     status_code = 404
+    grpc_code = "NOT_FOUND"
     error_type = "model_not_found"
     description = "No model by that name."
 
 
 class MethodNotAllowed(ServiceError):
     status_code = 405
+    grpc_code = "UNIMPLEMENTED"
     error_type = "method_not_allowed"
     description = "The path does not take this method."
 
@@ -72,6 +79,7 @@ class BodyTimeout(ServiceError):
     """The body did not arrive in full within ``body_timeout_s``; the connection is closed with the answer."""
 
     status_code = 408
+    grpc_code = "DEADLINE_EXCEEDED"
     error_type = "body_timeout"
     description = "The request body did not arrive in full within body_timeout_s; the connection is closed."
 
@@ -81,6 +89,7 @@ class BodyTimeout(ServiceError):
 
 class PayloadTooLarge(ServiceError):
     status_code = 413
+    grpc_code = "INVALID_ARGUMENT"
     error_type = "payload_too_large"
     description = (
         "Body larger than max_body_bytes, more inputs than max_inputs_per_request (max_embedding_inputs for "
@@ -92,6 +101,7 @@ class HeadersTooLarge(ServiceError):
     """The request line and headers are longer than ``max_header_bytes``; answered by the HTTP protocol itself."""
 
     status_code = 431
+    grpc_code = "INVALID_ARGUMENT"
     error_type = "headers_too_large"
     description = "The request line and headers are larger than max_header_bytes; the connection is closed."
 
@@ -101,6 +111,7 @@ class HeadersTooLarge(ServiceError):
 
 class UnsupportedMediaType(ServiceError):
     status_code = 415
+    grpc_code = "INVALID_ARGUMENT"
     error_type = "unsupported_media_type"
     description = "The body is not in a media type the route takes."
 
@@ -109,6 +120,7 @@ class InvalidRequest(ServiceError):
     """The request does not match its schema (FastAPI's validation)."""
 
     status_code = 422
+    grpc_code = "INVALID_ARGUMENT"
     error_type = "validation_error"
     description = "The body does not match the request schema."
 
@@ -117,6 +129,7 @@ class Overloaded(ServiceError):
     """Too many requests in flight or the model's queue is full; the client should retry after ``retry_after_s`` s."""
 
     status_code = 429
+    grpc_code = "RESOURCE_EXHAUSTED"
     error_type = "overloaded"
     description = (
         "Too many requests in flight (max_concurrent_requests), too many bodies being read (max_body_readers, "
@@ -135,24 +148,28 @@ class ClientClosedRequest(ServiceError):
     """The client went away before its answer was ready (nginx's 499); nobody reads this response."""
 
     status_code = 499
+    grpc_code = "CANCELLED"
     error_type = "client_closed_request"
     description = "The client went away before the answer was ready."
 
 
 class InferenceError(ServiceError):
     status_code = 500
+    grpc_code = "INTERNAL"
     error_type = "inference_error"
     description = "Inference failed."
 
 
 class NotReady(ServiceError):
     status_code = 503
+    grpc_code = "UNAVAILABLE"
     error_type = "not_ready"
     description = "Not ready: a model is still loading or warming up, or the service is shutting down."
 
 
 class RequestTimeout(ServiceError):
     status_code = 504
+    grpc_code = "DEADLINE_EXCEEDED"
     error_type = "timeout"
     description = "The request did not finish within the timeout."
 

@@ -5,15 +5,15 @@ Their bytes in and out (``read_body``, ``send_error``, ...) are ``service.api.en
 from __future__ import annotations
 
 import asyncio
-import hmac
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.access_log import ACCESS_LOGGER, ACCESS_RECORD, RequestRecord
+from service.access_log import ACCESS_RECORD, RequestRecord, log_access
 from service.api.entry import body_too_large, header, replaying, send_error
+from service.core import Permits, key_authorised
 from service.errors import BodyTimeout, Overloaded, ServiceError, Unauthorized
 from service.metrics import ServiceMetrics
 
@@ -30,22 +30,6 @@ def open_path_prefixes(protect_metrics: bool) -> tuple[str, ...]:
 PLAYGROUND_PATHS = frozenset({"/", "/playground"})
 PLAYGROUND_PREFIX = "/playground/"
 BODILESS_METHODS = ("GET", "HEAD", "OPTIONS")  # neither read nor counted
-
-
-def access_fields(method: str, path: str, status: int, total_s: float, record: RequestRecord) -> dict[str, Any]:
-    fields: dict[str, Any] = {"method": method, "path": path, "status": status}
-    if record.model is not None:
-        fields.update(model=record.model, inputs=record.inputs, rows=record.rows, tokens=record.tokens)
-    if record.queue_ms is not None:
-        fields.update(queue_ms=round(record.queue_ms, 1), model_ms=round(record.model_ms or 0.0, 1))
-    fields["total_ms"] = round(1000 * total_s, 1)
-    return fields
-
-
-def log_access(method: str, path: str, status: int, total_s: float, record: RequestRecord) -> None:
-    fields = access_fields(method, path, status, total_s, record)
-    words = [f"{key}={value}" for key, value in fields.items() if key not in ("method", "path", "status")]
-    ACCESS_LOGGER.info("%s %s %d %s", method, path, status, " ".join(words), extra={"access": fields})
 
 
 class MetricsMiddleware:
@@ -123,9 +107,7 @@ class ApiKeyMiddleware:
 
     def _authorised(self, scope: Scope) -> bool:
         header = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
-        scheme, _, token = header.partition(b" ")
-        matches = [hmac.compare_digest(token.strip(), key) for key in self.keys]
-        return scheme.lower() == b"bearer" and any(matches)
+        return key_authorised(header, self.keys)
 
 
 class BodyReadMiddleware:
@@ -225,25 +207,28 @@ class ConcurrencyLimitMiddleware:
 
     It sits inside ``BodyReadMiddleware``: a request is counted once its body is complete, so a client that is slow
     to send holds no permit. GET, HEAD and OPTIONS requests (health, metrics, the model list, docs) are neither
-    counted nor refused. The permit is held until the app has answered (or failed).
+    counted nor refused. The permit (the core's, shared with the other transports) is held until the app has answered
+    (or failed).
     """
 
-    def __init__(self, app: ASGIApp, max_concurrent_requests: int) -> None:
+    def __init__(self, app: ASGIApp, permits: Permits) -> None:
         self.app = app
-        self.max_concurrent_requests = max_concurrent_requests
-        self.in_flight = 0
+        self.permits = permits
+
+    @property
+    def in_flight(self) -> int:
+        return self.permits.held
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in BODILESS_METHODS:
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.max_concurrent_requests:
-            limit = self.max_concurrent_requests
-            error = Overloaded(f"{limit} requests in flight already (max_concurrent_requests)")
+        try:
+            self.permits.take()
+        except Overloaded as error:
             await send_error(send, error, scope["path"])
             return
-        self.in_flight += 1
         try:
             await self.app(scope, receive, send)
         finally:
-            self.in_flight -= 1
+            self.permits.give()

@@ -31,6 +31,13 @@ class Settings(BaseSettings):
 
     host: str = Field(default="127.0.0.1", description="Address to listen on (0.0.0.0: every interface).")
     port: int = Field(default=8000, ge=0, le=65535, description="TCP port to listen on.")
+    grpc_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Also serve the Open Inference Protocol over gRPC on this port (same host; off when unset). "
+        "tritonclient.grpc and KServe's grpc_predict_v2 stubs speak it.",
+    )
     models_dir: Path | None = Field(
         default=None, description="Serve every bundle folder under this folder, by folder name."
     )

@@ -206,13 +206,6 @@ class RouteTable:
         return None
 
 
-def as_inference(request: TaskRequest) -> InferenceRequest:
-    inputs, params = request.to_task()
-    return InferenceRequest(
-        task=request.task, inputs=inputs, params=params, model=request.model, explicit=request.given_fields
-    )
-
-
 class InferenceEntry:
     """``routes``: each inference route with the route FastAPI declares for it (requests are labelled by it)."""
 
@@ -238,7 +231,7 @@ class InferenceEntry:
 
         try:
             decoded = decode(route, scope, body, path_params, state.registry)
-            inference = as_inference(decoded.request)
+            inference = InferenceRequest.of(decoded.request)
             result = await run_inference(inference, state.registry, state.settings, client_gone, decoded.engine)
             reply = route.answer(decoded, result)
             if not isinstance(reply, Reply):

@@ -12,8 +12,9 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ValidationError
 
 from service.api.bodies import invalid_value, parse_json
-from service.api.v2 import VERSION, v2_error_responses
+from service.api.v2 import v2_error_responses
 from service.errors import BadRequest, InvalidRequest, ModelNotFound
+from service.oip.models import VERSION, check_load_parameters, check_unload_parameters
 from service.repository import READY, ModelRepository
 from service.schemas.v2 import (
     V2RepositoryIndexRequest,
@@ -25,7 +26,6 @@ from service.schemas.v2 import (
 
 router = APIRouter(prefix="/v2/repository", tags=["v2"])
 Body = TypeVar("Body", bound=BaseModel)
-UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
 
 
 def optional_body(model: type[BaseModel]) -> dict[str, Any]:
@@ -79,8 +79,7 @@ async def load_model(name: str, request: Request) -> Response:
     model of that name already served answers until then; a bundle that cannot be served leaves the models as they
     were (400 with the reason)."""
     options = await read_body(request, V2RepositoryModelRequest)
-    if options.parameters:
-        raise BadRequest("a load takes no parameters: the model is read from its bundle folder")
+    check_load_parameters(options.parameters or {})
     await repository_of(request).load(name)
     return Response(status_code=200)
 
@@ -89,11 +88,6 @@ async def load_model(name: str, request: Request) -> Response:
 async def unload_model(name: str, request: Request) -> Response:
     """Stop serving the model (``unload_model``): new requests for it get 404, queued ones are answered first."""
     options = await read_body(request, V2RepositoryModelRequest)
-    parameters = options.parameters or {}
-    unknown = sorted(set(parameters) - UNLOAD_PARAMETERS)
-    if unknown:
-        raise BadRequest(f"unknown unload parameter {unknown[0]!r} (unload takes: unload_dependents)")
-    if not isinstance(parameters.get("unload_dependents", False), bool):
-        raise BadRequest("unload_dependents is a boolean")
+    check_unload_parameters(options.parameters or {})
     await repository_of(request).unload(name)
     return Response(status_code=200)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import ValidationError
 
 from service.api import health
@@ -25,14 +25,16 @@ from service.api.error_docs import TASK_ERRORS, error_responses
 from service.core import InferenceResult, ModelRegistry
 from service.engine import Engine
 from service.errors import BadRequest, ModelNotFound, NotReady, ServiceError, UnsupportedMediaType
-from service.oip import (
-    EXTENSIONS,
-    HEADER_LENGTH,
-    OutputTensor,
-    TaskLayout,
-    decode_inputs,
-    encode_response,
-    split_body,
+from service.oip import EXTENSIONS, HEADER_LENGTH, OutputTensor, TaskLayout, decode_inputs, encode_response, split_body
+from service.oip.models import (
+    SERVER_NAME,
+    SERVER_VERSION,
+    VERSION,
+    chosen_outputs,
+    find_engine,
+    is_ready,
+    metadata_of,
+    task_request,
 )
 from service.schemas.v2 import (
     V2Error,
@@ -50,9 +52,6 @@ from service.tasks import LAYOUTS
 
 router = APIRouter(prefix="/v2", tags=["v2"])
 
-VERSION = "1"
-PLATFORM = "onnxruntime_onnx"
-
 
 def v2_error_responses(*errors: type[ServiceError]) -> dict[int | str, dict[str, Any]]:
     return error_responses(*errors, body=V2Error)
@@ -69,13 +68,6 @@ INFER_BODY = {
 }
 
 
-def find_engine(registry: ModelRegistry, name: str, version: str | None = None) -> Engine:
-    engine = registry.select(None, name)
-    if version is not None and version != VERSION:
-        raise ModelNotFound(f"model {name!r} has no version {version!r} (versions: {VERSION})")
-    return engine
-
-
 @router.get("/health/live", response_model=V2Live)
 async def server_live() -> V2Live:
     """The process is up (tritonclient's ``is_server_live``)."""
@@ -90,22 +82,13 @@ async def server_ready(registry: RegistryDep) -> V2Ready:
 
 
 @router.get("", response_model=V2ServerMetadata)
-async def server_metadata(request: Request) -> V2ServerMetadata:
+async def server_metadata() -> V2ServerMetadata:
     """The server's name, version and protocol extensions (``get_server_metadata``)."""
-    return V2ServerMetadata(name=request.app.title, version=request.app.version, extensions=list(EXTENSIONS))
+    return V2ServerMetadata(name=SERVER_NAME, version=SERVER_VERSION, extensions=list(EXTENSIONS))
 
 
 def model_metadata_of(engine: Engine) -> V2ModelMetadata:
-    layout = LAYOUTS[engine.task]
-    return V2ModelMetadata.model_validate(
-        {
-            "name": engine.name,
-            "versions": [VERSION],
-            "platform": PLATFORM,
-            "inputs": [spec.metadata() for spec in layout.inputs],
-            "outputs": [spec.metadata() for spec in layout.outputs],
-        }
-    )
+    return V2ModelMetadata.model_validate(metadata_of(engine))
 
 
 @router.get("/models/{name}", response_model=V2ModelMetadata, responses=v2_error_responses(ModelNotFound))
@@ -123,7 +106,7 @@ async def model_version_metadata(name: str, version: str, registry: RegistryDep)
 
 
 def model_ready_of(registry: ModelRegistry, engine: Engine) -> V2ModelReady:
-    if registry.shutting_down or not engine.ready:
+    if not is_ready(registry, engine):
         raise NotReady(f"model {engine.name!r} is not ready")
     return V2ModelReady(name=engine.name, ready=True)
 
@@ -150,13 +133,9 @@ def binary_outputs(
     """The requested outputs (default all) in request order, and which of them go back as binary data."""
     if requested is None:
         return outputs, {output.name for output in outputs} if binary_default else set()
-    by_name = {output.name: output for output in outputs}
-    chosen: list[OutputTensor] = []
+    chosen = chosen_outputs(outputs, [item.name for item in requested])
     binary: set[str] = set()
     for item in requested:
-        if item.name not in by_name:
-            raise BadRequest(f"unknown output {item.name!r}; this model gives: {', '.join(by_name)}")
-        chosen.append(by_name[item.name])
         wants_binary = (item.parameters or {}).get("binary_data", binary_default)
         if not isinstance(wants_binary, bool):
             raise BadRequest(f"output {item.name!r}: binary_data must be true or false")
@@ -189,11 +168,9 @@ def decode_infer(incoming: Incoming, registry: ModelRegistry) -> Decoded:
     binary_default = parameters.pop("binary_data_output", False)
     if not isinstance(binary_default, bool):
         raise BadRequest("parameters.binary_data_output must be true or false")
-    try:
-        task_request = layout.task_request(tensors, parameters, engine.name)
-    except ValidationError as exc:
-        raise invalid_value(exc, incoming.content_type) from None
-    return Decoded(task_request, engine, InferCall(layout, infer.outputs, binary_default, infer.id))
+    return Decoded(
+        task_request(engine, tensors, parameters), engine, InferCall(layout, infer.outputs, binary_default, infer.id)
+    )
 
 
 def infer_answer(decoded: Decoded, result: InferenceResult) -> Reply:

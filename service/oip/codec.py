@@ -75,13 +75,8 @@ def decode_inputs(request: V2InferRequest, binary: bytes) -> dict[str, list[str]
             if len(chunk) != size:
                 raise BadRequest(f"input {tensor.name!r}: the body ends before its {size} bytes of binary data")
             offset += size
-            values = _binary_strings(chunk, tensor.name)
-        expected = math.prod(tensor.shape)
-        if len(values) != expected:
-            raise BadRequest(
-                f"input {tensor.name!r}: shape {tensor.shape} holds {expected} elements, its data {len(values)}"
-            )
-        tensors[tensor.name] = values
+            values = bytes_elements(chunk, tensor.name)
+        tensors[tensor.name] = shaped(values, tensor.shape, tensor.name)
     if offset != len(binary):
         raise BadRequest(f"{len(binary) - offset} bytes after the JSON belong to no input's binary_data_size")
     return tensors
@@ -103,7 +98,16 @@ def _json_strings(data: Sequence[Any], name: str) -> list[str]:
     return values
 
 
-def _binary_strings(chunk: bytes, name: str) -> list[str]:
+def shaped(values: list[str], shape: Sequence[int], name: str) -> list[str]:
+    """``values``, which must be as many as ``shape`` holds."""
+    expected = math.prod(shape)
+    if len(values) != expected:
+        raise BadRequest(f"input {name!r}: shape {list(shape)} holds {expected} elements, its data {len(values)}")
+    return values
+
+
+def bytes_elements(chunk: bytes, name: str) -> list[str]:
+    """A BYTES tensor's raw data (each element a 4-byte little-endian length, then its UTF-8 text) as strings."""
     values: list[str] = []
     offset = 0
     while offset < len(chunk):

@@ -1,0 +1,49 @@
+"""The protocol's messages and service, from the descriptors the build compiled (``service.grpc.build``), in a
+descriptor pool of this module's own: protobuf's default pool may hold tritonclient's copy of the same protocol.
+
+``MESSAGES["ModelInferRequest"]`` is a message class; ``method_handlers(handler)`` is the generic handler that
+routes each call of ``inference.GRPCInferenceService`` to ``handler(its name)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from service.grpc.build import DESCRIPTORS
+
+SERVICE = "inference.GRPCInferenceService"
+
+
+def _load() -> tuple[dict[str, Any], Any]:
+    if not DESCRIPTORS.exists():
+        raise ModuleNotFoundError(f"{DESCRIPTORS} is not built: run `python -m service.grpc.build` (make setup does)")
+    files = descriptor_pb2.FileDescriptorSet.FromString(DESCRIPTORS.read_bytes()).file
+    pool = descriptor_pool.DescriptorPool()
+    for file in files:
+        pool.Add(file)
+    classes = message_factory.GetMessages(list(files), pool=pool)
+    messages = {name.removeprefix("inference."): cls for name, cls in classes.items()}
+    return messages, pool.FindServiceByName(SERVICE)
+
+
+MESSAGES, _SERVICE = _load()
+METHODS: dict[str, tuple[Any, Any]] = {
+    method.name: (MESSAGES[method.input_type.name], MESSAGES[method.output_type.name]) for method in _SERVICE.methods
+}
+
+
+def method_handlers(handler: Callable[[str], Any]) -> grpc.GenericRpcHandler:
+    """Every method of the service, answered by the coroutine ``handler(name)`` gives."""
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            handler(name),
+            request_deserializer=request.FromString,
+            response_serializer=response.SerializeToString,
+        )
+        for name, (request, response) in METHODS.items()
+    }
+    return grpc.method_handlers_generic_handler(SERVICE, handlers)

@@ -1,0 +1,245 @@
+"""The Open Inference Protocol v2 over gRPC (``inference.GRPCInferenceService``), served from the core as HTTP is:
+the same models, tensor layouts, limits, in-flight permits, admission, API keys and errors, through
+``service.core.run_inference``; never through the HTTP app.
+
+- A request's deadline is the client's gRPC deadline when it is shorter than ``timeout_s``; a cancelled call drops
+  its queued rows as a closed HTTP connection does.
+- Errors are the service's own (``service.errors``), each class's ``grpc_code``: 429's ``RESOURCE_EXHAUSTED`` carries
+  the delay in trailing metadata, ``retry-after`` (seconds) and ``grpc-retry-pushback-ms`` (what gRPC's own retry
+  policy reads). A message over ``max_body_bytes`` is ``RESOURCE_EXHAUSTED`` from gRPC itself.
+- API keys: ``authorization: Bearer KEY`` metadata, on every call but ServerLive and ServerReady (the health probes).
+- Inputs come as ``raw_input_contents`` (tritonclient's default) or ``contents.bytes_contents``; outputs go back as
+  ``raw_output_contents``, as Triton sends them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from service.access_log import ACCESS_RECORD, RequestRecord, log_access
+from service.core import InferenceRequest, ServiceCore, key_authorised, run_inference
+from service.errors import BadRequest, ModelNotFound, Overloaded, RequestTimeout, ServiceError, Unauthorized
+from service.grpc.protocol import MESSAGES, SERVICE, method_handlers
+from service.oip.codec import EXTENSIONS, bytes_elements, shaped
+from service.oip.models import (
+    SERVER_NAME,
+    SERVER_VERSION,
+    VERSION,
+    check_load_parameters,
+    check_unload_parameters,
+    chosen_outputs,
+    find_engine,
+    is_ready,
+    metadata_of,
+    task_request,
+)
+from service.repository import READY
+from service.tasks import LAYOUTS
+
+logger = logging.getLogger(__name__)
+OPEN_METHODS = frozenset({"ServerLive", "ServerReady"})  # health probes: no API key, as /v2/health
+Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]  # (request, context) -> reply
+
+
+def parameter_value(parameter: Any, name: str) -> Any:
+    """An InferParameter or ModelRepositoryParameter as the Python value its ``parameter_choice`` holds."""
+    choice = parameter.WhichOneof("parameter_choice")
+    if choice is None:
+        raise BadRequest(f"parameter {name!r} has no value")
+    return getattr(parameter, choice)
+
+
+def input_tensors(request: Any) -> dict[str, list[str]]:
+    """Each input's elements by name, row-major: BYTES from ``raw_input_contents`` or ``contents.bytes_contents``."""
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise BadRequest(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs: give one per input")
+    tensors: dict[str, list[str]] = {}
+    for index, tensor in enumerate(request.inputs):
+        if tensor.name in tensors:
+            raise BadRequest(f"input {tensor.name!r} is given twice")
+        if tensor.datatype != "BYTES":
+            raise BadRequest(f"input {tensor.name!r} is {tensor.datatype}; every input is text, datatype BYTES")
+        if raw:
+            if tensor.HasField("contents"):
+                raise BadRequest(f"input {tensor.name!r} has contents beside raw_input_contents: give one of them")
+            values = bytes_elements(raw[index], tensor.name)
+        elif tensor.HasField("contents"):
+            values = [
+                _text(element, tensor.name, position) for position, element in enumerate(tensor.contents.bytes_contents)
+            ]
+        else:
+            raise BadRequest(f"input {tensor.name!r} has no data: send contents.bytes_contents or raw_input_contents")
+        tensors[tensor.name] = shaped(values, tensor.shape, tensor.name)
+    return tensors
+
+
+def _text(element: bytes, name: str, position: int) -> str:
+    try:
+        return element.decode()
+    except UnicodeDecodeError:
+        raise BadRequest(f"input {name!r}: element {position} is not UTF-8 text") from None
+
+
+def requested_outputs(request: Any) -> list[str] | None:
+    for output in request.outputs:
+        unknown = sorted(set(output.parameters) - {"binary_data"})
+        if unknown:
+            raise BadRequest(f"output {output.name!r}: unknown parameter {unknown[0]!r}")
+    return [output.name for output in request.outputs] or None
+
+
+def trailing_metadata(error: ServiceError) -> tuple[tuple[str, str], ...]:
+    if isinstance(error, Overloaded):
+        return (("retry-after", str(error.retry_after_s)), ("grpc-retry-pushback-ms", str(1000 * error.retry_after_s)))
+    return ()
+
+
+class InferenceServicer:
+    """Each call of the protocol over ``core``, as the method of its name; ``guard`` wraps each one (keys, errors,
+    metrics, access line)."""
+
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return MESSAGES["ServerLiveResponse"](live=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return MESSAGES["ServerReadyResponse"](ready=self.core.ready)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        return MESSAGES["ServerMetadataResponse"](name=SERVER_NAME, version=SERVER_VERSION, extensions=list(EXTENSIONS))
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        """Ready false for a model not served (tritonclient.http's ``is_model_ready`` is False on REST's 404 too)."""
+        registry = self.core.registry
+        try:
+            engine = find_engine(registry, request.name, request.version or None)
+        except ModelNotFound:
+            return MESSAGES["ModelReadyResponse"](ready=False)
+        return MESSAGES["ModelReadyResponse"](ready=is_ready(registry, engine))
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        engine = find_engine(self.core.registry, request.name, request.version or None)
+        return MESSAGES["ModelMetadataResponse"](**metadata_of(engine))
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        registry = self.core.registry
+        engine = find_engine(registry, request.model_name, request.model_version or None)
+        tensors = input_tensors(request)
+        parameters = {name: parameter_value(value, name) for name, value in request.parameters.items()}
+        task = task_request(engine, tensors, parameters)
+        wanted = requested_outputs(request)
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            raise RequestTimeout("the call's deadline passed before it started")
+        self.core.permits.take()
+        try:
+            inference = InferenceRequest.of(task)
+            result = await run_inference(inference, registry, self.core.settings, None, engine, remaining)
+        finally:
+            self.core.permits.give()
+        outputs = chosen_outputs(LAYOUTS[engine.task].tensors(task, result.results), wanted)
+        reply = MESSAGES["ModelInferResponse"](model_name=result.model, model_version=VERSION, id=request.id)
+        for output in outputs:
+            reply.outputs.add(name=output.name, datatype=output.datatype, shape=list(output.shape))
+            reply.raw_output_contents.append(output.binary_data())
+        return reply
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        reply = MESSAGES["RepositoryIndexResponse"]()
+        for model in self.core.repository.index(ready_only=request.ready):
+            version = VERSION if model.state == READY else ""
+            reply.models.add(name=model.name, version=version, state=model.state, reason=model.reason)
+        return reply
+
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        check_load_parameters(dict(request.parameters))
+        await self.core.repository.load(request.model_name)
+        return MESSAGES["RepositoryModelLoadResponse"]()
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        parameters = {name: parameter_value(value, name) for name, value in request.parameters.items()}
+        check_unload_parameters(parameters)
+        await self.core.repository.unload(request.model_name)
+        return MESSAGES["RepositoryModelUnloadResponse"]()
+
+
+def guard(core: ServiceCore, name: str, method: Handler) -> Handler:
+    """``method`` behind the API key check, its ServiceError as the status its class names, counted in the request
+    metrics (route: the call's path; status: the code's name) and written in the access line."""
+    path = f"/{SERVICE}/{name}"
+    keys = [key.encode() for key in core.settings.api_keys] if name not in OPEN_METHODS else []
+    access_log = core.settings.access_log
+    latency = core.metrics.request_seconds.labels(path)
+
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = time.perf_counter()
+        record = RequestRecord() if access_log else None
+        opened = ACCESS_RECORD.set(record)
+        code = grpc.StatusCode.OK
+        try:
+            if keys:
+                authorization = dict(context.invocation_metadata() or ()).get("authorization", "")
+                if not key_authorised(str(authorization).encode(), keys):
+                    raise Unauthorized("missing or wrong API key: send 'authorization: Bearer KEY' metadata")
+            return await method(request, context)
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except ServiceError as error:
+            code = grpc.StatusCode[error.grpc_code]
+            await context.abort(code, error.message, trailing_metadata(error))
+        except Exception as exc:
+            if isinstance(exc, grpc.aio.AbortError):
+                raise
+            code = grpc.StatusCode.INTERNAL
+            logger.error("unhandled error on %s", path, exc_info=exc)
+            await context.abort(code, f"internal error: {type(exc).__name__}")
+        finally:
+            ACCESS_RECORD.reset(opened)
+            elapsed = time.perf_counter() - started
+            core.metrics.requests.labels(path, code.name).inc()
+            latency.observe(elapsed)
+            if record is not None:
+                log_access("GRPC", path, code.name, elapsed, record)
+
+    return call
+
+
+class GrpcTransport:
+    """The gRPC server over ``core`` on ``settings.host``:``settings.grpc_port``, on the running event loop."""
+
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+        self.server: grpc.aio.Server | None = None
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        settings = self.core.settings
+        options = [
+            ("grpc.max_receive_message_length", settings.max_body_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),
+        ]
+        server = grpc.aio.server(options=options)
+        served = InferenceServicer(self.core)
+        server.add_generic_rpc_handlers((method_handlers(lambda name: guard(self.core, name, getattr(served, name))),))
+        port = settings.grpc_port if settings.grpc_port is not None else 0
+        self.port = server.add_insecure_port(f"{settings.host}:{port}")
+        await server.start()
+        self.server = server
+        logger.info("gRPC (Open Inference Protocol v2) on %s:%d", settings.host, self.port)
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop taking calls; calls in flight get ``grace_s`` to finish."""
+        if self.server is not None:
+            await self.server.stop(grace_s)
+            self.server = None

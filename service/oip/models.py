@@ -1,0 +1,84 @@
+"""What both Open Inference Protocol transports (REST ``service.api.v2``, gRPC ``service.grpc``) say of the served
+models: the server's name and version, each model's one version, its metadata and readiness, the task request its
+input tensors make, the outputs a request asks for, and the repository's load and unload parameters. No FastAPI,
+no gRPC: each transport shapes these for its wire."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from service.api.bodies import JSON_MEDIA_TYPE, invalid_value
+from service.errors import BadRequest, ModelNotFound
+from service.oip.codec import OutputTensor
+from service.oip.layouts import Tensors
+from service.schemas.common import TaskRequest
+from service.tasks import LAYOUTS
+
+if TYPE_CHECKING:
+    from service.core import ModelRegistry
+    from service.engine import Engine
+
+SERVER_NAME = "bertserve"
+SERVER_VERSION = "0.1.0"
+VERSION = "1"  # every model's one version
+PLATFORM = "onnxruntime_onnx"
+UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
+
+
+def find_engine(registry: ModelRegistry, name: str, version: str | None = None) -> Engine:
+    """The engine serving ``name``; ModelNotFound for an unknown name or a version other than 1."""
+    engine = registry.select(None, name)
+    if version is not None and version != VERSION:
+        raise ModelNotFound(f"model {name!r} has no version {version!r} (versions: {VERSION})")
+    return engine
+
+
+def is_ready(registry: ModelRegistry, engine: Engine) -> bool:
+    return not registry.shutting_down and engine.ready
+
+
+def metadata_of(engine: Engine) -> dict[str, Any]:
+    """The protocol's model metadata: name, versions, platform, and the task layout's tensors."""
+    layout = LAYOUTS[engine.task]
+    return {
+        "name": engine.name,
+        "versions": [VERSION],
+        "platform": PLATFORM,
+        "inputs": [spec.metadata() for spec in layout.inputs],
+        "outputs": [spec.metadata() for spec in layout.outputs],
+    }
+
+
+def task_request(engine: Engine, tensors: Tensors, parameters: Mapping[str, Any]) -> TaskRequest:
+    """The engine's task request from input tensors and parameters, validated as its v1 route validates it."""
+    try:
+        return LAYOUTS[engine.task].task_request(tensors, parameters, engine.name)
+    except ValidationError as exc:
+        raise invalid_value(exc, JSON_MEDIA_TYPE) from None
+
+
+def chosen_outputs(outputs: Sequence[OutputTensor], names: Sequence[str] | None) -> list[OutputTensor]:
+    """The outputs named (in request order), all of them when ``names`` is None; BadRequest for an unknown name."""
+    if names is None:
+        return list(outputs)
+    by_name = {output.name: output for output in outputs}
+    unknown = [name for name in names if name not in by_name]
+    if unknown:
+        raise BadRequest(f"unknown output {unknown[0]!r}; this model gives: {', '.join(by_name)}")
+    return [by_name[name] for name in names]
+
+
+def check_load_parameters(parameters: Mapping[str, Any]) -> None:
+    if parameters:
+        raise BadRequest("a load takes no parameters: the model is read from its bundle folder")
+
+
+def check_unload_parameters(parameters: Mapping[str, Any]) -> None:
+    unknown = sorted(set(parameters) - UNLOAD_PARAMETERS)
+    if unknown:
+        raise BadRequest(f"unknown unload parameter {unknown[0]!r} (unload takes: unload_dependents)")
+    if not isinstance(parameters.get("unload_dependents", False), bool):
+        raise BadRequest("unload_dependents is a boolean")
