@@ -169,12 +169,13 @@ class InferenceRequest:
     model: str | None = None  # None: the only loaded model serving ``task``
     # The parameters the request gave, asked only of a model with request defaults (None: all were given).
     explicit: Callable[[], frozenset[str]] | None = None
+    timeout_s: float | None = None  # its own deadline (a gRPC call's), when shorter than the settings' timeout_s
 
     @classmethod
-    def of(cls, request: TaskRequest) -> InferenceRequest:
+    def of(cls, request: TaskRequest, timeout_s: float | None = None) -> InferenceRequest:
         """A protocol's validated task request, in the handler's types."""
         inputs, params = request.to_task()
-        return cls(request.task, inputs, params, request.model, request.given_fields)
+        return cls(request.task, inputs, params, request.model, request.given_fields, timeout_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,11 +190,10 @@ async def run_inference(
     settings: Settings,
     client_gone: ClientGone | None = None,
     engine: Engine | None = None,
-    timeout_s: float | None = None,
 ) -> InferenceResult:
     """Select the engine (unless the protocol chose ``engine``: an OIP v2 path names it), enforce the task's input
-    limit (its task unit's: ``max_inputs_per_request``, ``max_embedding_inputs``), infer within ``timeout_s`` (at
-    most the settings' ``timeout_s``); cancelled if ``client_gone`` returns first."""
+    limit (its task unit's: ``max_inputs_per_request``, ``max_embedding_inputs``), infer (within the request's
+    ``timeout_s`` when it has one); cancelled if ``client_gone`` returns first."""
     # No shutting_down check here: after SIGTERM uvicorn accepts no new connections, and a request already
     # sent on an open one is answered; the engines refuse work only once the lifespan stops them.
     if engine is None:
@@ -203,7 +203,9 @@ async def run_inference(
     count, limit = len(request.inputs), getattr(settings, setting)
     if count > limit:
         raise PayloadTooLarge(f"{count} inputs in one request; the limit is {limit} ({Settings.named(setting)})")
-    work = engine.infer(request.inputs, engine.with_request_defaults(request.params, request.explicit), timeout_s)
+    work = engine.infer(
+        request.inputs, engine.with_request_defaults(request.params, request.explicit), request.timeout_s
+    )
     results = await (work if client_gone is None else until_disconnected(work, client_gone))
     return InferenceResult(engine.name, results)
 

@@ -25,8 +25,10 @@ class ServiceError(Exception):
         super().__init__(message)
         self.message = message
 
+    closes_connection: ClassVar[bool] = False  # the server closes the connection after the answer
+
     def headers(self) -> dict[str, str]:
-        return {}
+        return {"Connection": "close"} if self.closes_connection else {}
 
     def body(self, path: str = "") -> dict[str, Any]:
         """The response body for a request to ``path`` (the protocol it spoke decides the shape)."""
@@ -81,10 +83,8 @@ class BodyTimeout(ServiceError):
     status_code = 408
     grpc_code = "DEADLINE_EXCEEDED"
     error_type = "body_timeout"
+    closes_connection = True
     description = "The request body did not arrive in full within body_timeout_s; the connection is closed."
-
-    def headers(self) -> dict[str, str]:
-        return {"Connection": "close"}
 
 
 class PayloadTooLarge(ServiceError):
@@ -103,10 +103,8 @@ class HeadersTooLarge(ServiceError):
     status_code = 431
     grpc_code = "INVALID_ARGUMENT"
     error_type = "headers_too_large"
+    closes_connection = True
     description = "The request line and headers are larger than max_header_bytes; the connection is closed."
-
-    def headers(self) -> dict[str, str]:
-        return {"Connection": "close"}
 
 
 class UnsupportedMediaType(ServiceError):

@@ -142,8 +142,8 @@ class InferenceServicer:
             raise RequestTimeout("the call's deadline passed before it started")
         self.core.permits.take()
         try:
-            inference = InferenceRequest.of(task)
-            result = await run_inference(inference, registry, self.core.settings, None, engine, remaining)
+            inference = InferenceRequest.of(task, timeout_s=remaining)
+            result = await run_inference(inference, registry, self.core.settings, None, engine)
         finally:
             self.core.permits.give()
         outputs = chosen_outputs(LAYOUTS[engine.task].tensors(task, result.results), wanted)

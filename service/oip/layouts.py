@@ -114,5 +114,18 @@ def json_per_item(name: str) -> OutputBuilder:
     return build
 
 
+def texts_with_list(request: type[TaskRequest], extra: str, output: str, options: tuple[str, ...]) -> TaskLayout:
+    """The layout of a task that takes ``text`` and an optional list (``extra``: fill-mask's targets, NER's
+    ignore_labels) and answers one JSON string per item (``output``)."""
+    return TaskLayout(
+        request,
+        inputs=(TEXT, TensorSpec(extra, "BYTES", required=False)),
+        outputs=(TensorSpec(output, "BYTES"),),
+        options=options,
+        body=lambda tensors: texts_body(tensors, extra),
+        tensors=json_per_item(output),
+    )
+
+
 TEXT = TensorSpec("text", "BYTES")
 LABELS = (TensorSpec("label", "BYTES", (BATCH, BATCH)), TensorSpec("score", "FP32", (BATCH, BATCH)))

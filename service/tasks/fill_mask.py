@@ -205,14 +205,7 @@ def hf_answer(request: FillMaskRequest, results: list[Any], single: bool) -> Any
     return base.pipeline_answer(request, [result[0] if len(result) == 1 else result for result in results], single)
 
 
-OIP = oip.TaskLayout(
-    FillMaskRequest,
-    inputs=(oip.TEXT, oip.TensorSpec("targets", "BYTES", required=False)),
-    outputs=(oip.TensorSpec("predictions", "BYTES"),),
-    options=("top_k",),
-    body=lambda tensors: oip.texts_body(tensors, "targets"),
-    tensors=oip.json_per_item("predictions"),
-)
+OIP = oip.texts_with_list(FillMaskRequest, "targets", "predictions", options=("top_k",))
 
 
 UNIT = TaskUnit(

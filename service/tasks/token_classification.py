@@ -246,13 +246,8 @@ class TokenClassificationResponse(BaseModel):
     )
 
 
-OIP = oip.TaskLayout(
-    TokenClassificationRequest,
-    inputs=(oip.TEXT, oip.TensorSpec("ignore_labels", "BYTES", required=False)),
-    outputs=(oip.TensorSpec("entities", "BYTES"),),
-    options=("aggregation_strategy", "stride"),
-    body=lambda tensors: oip.texts_body(tensors, "ignore_labels"),
-    tensors=oip.json_per_item("entities"),
+OIP = oip.texts_with_list(
+    TokenClassificationRequest, "ignore_labels", "entities", options=("aggregation_strategy", "stride")
 )
 
 
