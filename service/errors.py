@@ -70,6 +70,22 @@ class ModelNotFound(ServiceError):
     description = "No model by that name."
 
 
+class ResourceNotFound(ServiceError):
+    """A batch file or batch that does not exist, or belongs to another API key."""
+
+    status_code = 404
+    grpc_code = "NOT_FOUND"
+    error_type = "resource_not_found"
+    description = "No file or batch by that id (for this API key)."
+
+
+class Conflict(ServiceError):
+    status_code = 409
+    grpc_code = "FAILED_PRECONDITION"
+    error_type = "conflict"
+    description = "The file or batch is in a state that does not allow this (a finished batch cannot be cancelled)."
+
+
 class MethodNotAllowed(ServiceError):
     status_code = 405
     grpc_code = "UNIMPLEMENTED"

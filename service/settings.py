@@ -198,6 +198,34 @@ class Settings(BaseSettings):
         description="Embedding models: text prepended to texts whose request names no prompt (TEI's flag); not with "
         "default_prompt_name.",
     )
+    data_dir: Path | None = Field(
+        default=None,
+        description="Folder for batch jobs: their SQLite database and their input and output files. The OpenAI Batch "
+        "API (/v1/files, /v1/batches) is served only when it is set; jobs survive a restart and resume.",
+    )
+    batch_max_file_bytes: int = Field(
+        default=200 << 20, ge=1, description="Largest file uploaded to /v1/files (413 above it)."
+    )
+    batch_max_file_lines: int = Field(
+        default=50_000, ge=1, description="Most requests (non-blank lines) in one uploaded batch file (413 above it)."
+    )
+    batch_max_stored_bytes: int = Field(
+        default=10 << 30,
+        ge=1,
+        description="Bytes of files kept in data_dir at most, inputs and outputs together (413 for an upload past it).",
+    )
+    batch_max_jobs_in_flight: int = Field(
+        default=16,
+        ge=1,
+        description="Batches not yet finished (validating, in progress, finalizing, cancelling) at most; 429 for "
+        "another.",
+    )
+    batch_chunk_lines: int = Field(
+        default=32,
+        ge=1,
+        description="Lines of a batch sent to the models at once and committed together: a restart resumes after the "
+        "last committed chunk. The runner sends a chunk only when no online request is queued (or after 1 s).",
+    )
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Origins whose browser pages may call the API (env: comma-separated; '*' for any). Off by "
