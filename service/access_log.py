@@ -32,6 +32,10 @@ class RequestRecord:
     tokens: int = 0
     queue_ms: float | None = None  # its rows' longest wait between queued and their batch being cut
     model_ms: float | None = None  # the model time of the batches that ran its rows
+    # When the request is traced (service.tracing): its trace id, and each stage it went through as
+    # (name, start, end in perf_counter seconds, attributes), made into child spans when it ends.
+    trace_id: str | None = None
+    spans: list[tuple[str, float, float, dict[str, Any]]] | None = None
 
 
 ACCESS_RECORD: ContextVar[RequestRecord | None] = ContextVar("bertserve_access_record", default=None)
@@ -44,6 +48,8 @@ def access_fields(method: str, path: str, status: int | str, total_s: float, rec
     if record.queue_ms is not None:
         fields.update(queue_ms=round(record.queue_ms, 1), model_ms=round(record.model_ms or 0.0, 1))
     fields["total_ms"] = round(1000 * total_s, 1)
+    if record.trace_id is not None:
+        fields["trace_id"] = record.trace_id
     return fields
 
 

@@ -153,7 +153,13 @@ def create_app(
         app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, protect_metrics=settings.protect_metrics)
         open_paths = open_path_prefixes(settings.protect_metrics)
     finish_document(app, open_paths)
-    app.add_middleware(MetricsMiddleware, metrics=core.metrics, known_paths=known_paths, access_log=settings.access_log)
+    app.add_middleware(
+        MetricsMiddleware,
+        metrics=core.metrics,
+        known_paths=known_paths,
+        access_log=settings.access_log,
+        tracing=core.tracing,
+    )
     if settings.cors_allow_origins:  # outermost: a preflight is answered before keys and limits apply
         app.add_middleware(
             CORSMiddleware,

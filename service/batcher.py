@@ -32,6 +32,7 @@ from service.access_log import RequestRecord
 from service.errors import NotReady, Overloaded, PayloadTooLarge, RequestTimeout, ServiceError
 from service.settings import Settings
 from service.tasks.base import ModelRow
+from service.tracing import queue_spans
 
 RowOutputs = dict[str, np.ndarray]
 
@@ -51,6 +52,7 @@ class PendingRequest:
     tokens: int = 0  # of its rows, together
     queued_s: float = 0.0  # its rows' longest wait, from queued to their batch being cut
     model_s: float = 0.0  # the model time of the batches that ran its rows
+    batches: list[tuple[float, float, int, int]] | None = None  # traced: each batch's (start, end, rows, padded)
 
     @property
     def live(self) -> bool:
@@ -219,13 +221,16 @@ class Batcher:
         """One worker's measured model time per real token (None until a large enough batch ran)."""
         return self._seconds_per_token
 
-    def submit(self, sequences: list[ModelRow], timeout_s: float | None = None) -> PendingRequest:
+    def submit(self, sequences: list[ModelRow], timeout_s: float | None = None, traced: bool = False) -> PendingRequest:
         """Queue one request's rows (on the event loop). Refuses work that cannot end in time: PayloadTooLarge
-        when the request alone cannot, Overloaded when the queue ahead of it is too long or too many rows."""
+        when the request alone cannot, Overloaded when the queue ahead of it is too long or too many rows.
+        ``traced``: the request keeps the times of the batches that ran its rows."""
         loop = asyncio.get_running_loop()
         now = time.perf_counter()
         deadline = math.inf if timeout_s is None else now + timeout_s
         request = PendingRequest(loop, loop.create_future(), [None] * len(sequences), len(sequences), deadline)
+        if traced:
+            request.batches = []
         if not sequences:
             request.future.set_result([])
             return request
@@ -301,12 +306,16 @@ class Batcher:
     ) -> list[RowOutputs]:
         """Submit rows and wait for their outputs; a cancelled caller's rows never reach the model. ``record``: the
         request's access line, given its rows, tokens, queue and model time."""
-        request = self.submit(sequences, timeout_s)
+        spans = record.spans if record is not None else None
+        submitted = time.perf_counter() if spans is not None else 0.0
+        request = self.submit(sequences, timeout_s, traced=spans is not None)
         try:
             outputs = await request.future
             if record is not None:
                 record.rows, record.tokens = len(sequences), request.tokens
                 record.queue_ms, record.model_ms = 1000 * request.queued_s, 1000 * request.model_s
+            if spans is not None:
+                spans += queue_spans(submitted, request.queued_s, len(sequences), request.batches or [])
             return outputs
         except BaseException:
             request.cancelled = True
@@ -355,6 +364,9 @@ class Batcher:
             if id(request) not in timed:  # a batch's model time counts once per request it served
                 timed.add(id(request))
                 request.model_s += elapsed_s
+                if request.batches is not None:
+                    done = time.perf_counter()
+                    request.batches.append((done - elapsed_s, done, len(batch.items), batch.padded_tokens))
             if request.remaining == 0:
                 finished.setdefault(request.loop, []).append(request)
         for loop, requests in finished.items():

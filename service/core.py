@@ -40,6 +40,7 @@ from service.repository import ModelRepository
 from service.runtime import release_free_memory
 from service.settings import Settings
 from service.tasks import BY_TASK
+from service.tracing import configure as configure_tracing
 
 if TYPE_CHECKING:
     from service.engine import Engine
@@ -256,6 +257,7 @@ class ServiceCore:
         self.executor = ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix="bertserve-prepare")
         self.registry = ModelRegistry({})
         self.permits = Permits(settings.max_concurrent_requests)
+        self.tracing = configure_tracing()  # None unless OTEL_* asks for traces and the SDK is installed
         self._engines = dict(engines) if engines is not None else None
         self._broken = dict(broken or {})
         self._tasks: list[asyncio.Task[None]] = []
@@ -308,6 +310,8 @@ class ServiceCore:
                 task.cancel()
         await self.registry.stop_all(drain=drain)
         self.executor.shutdown(wait=False)
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.shutdown)
         logger.info("stopped")
 
 

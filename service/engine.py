@@ -323,28 +323,37 @@ class Engine:
         budget: float,
         stage: Stage | None,
     ) -> list[Any]:
+        record = ACCESS_RECORD.get()
+        spans = record.spans if record is not None else None  # a traced request's stages (service.tracing)
+        preparing = time.perf_counter() if spans is not None else 0.0
         try:
             prepare = functools.partial(self._prepare, inputs, params, texts, chars)
             prepared = prepare() if stage is None else await stage.run(self._executor, prepare)
         except InputError as exc:
             raise BadRequest(str(exc)) from exc
         sequences = [seq for item in prepared for seq in item.sequences]
+        if spans is not None:
+            spans.append(("admission", deadline - budget, preparing, {"bertserve.characters": chars}))
+            spans.append(("tokenize", preparing, time.perf_counter(), {"bertserve.sequences": len(sequences)}))
         self._check_lengths(sequences)
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             raise RequestTimeout(f"request timed out after {budget:g} s")
-        record = ACCESS_RECORD.get()
         if record is not None:
             record.model, record.inputs = self.name, len(inputs)
         try:
             rows = await self.batcher.run(sequences, remaining, record)
         except RequestTimeout:
             raise RequestTimeout(f"request timed out after {budget:g} s") from None
+        decoding = time.perf_counter() if spans is not None else 0.0
         try:
             decode = functools.partial(self._postprocess, prepared, rows, params)
-            return decode() if stage is None else await stage.run(self._executor, decode)
+            results = decode() if stage is None else await stage.run(self._executor, decode)
         except InputError as exc:
             raise BadRequest(str(exc)) from exc
+        if spans is not None:
+            spans.append(("post-process", decoding, time.perf_counter(), {}))
+        return results
 
     def _postprocess(self, prepared: list[Prepared], rows: list[RowOutputs], params: Any) -> list[Any]:
         results: list[Any] = []

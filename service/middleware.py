@@ -1,4 +1,5 @@
-"""Pure ASGI middlewares: request metrics (outermost), API keys, request bodies read in full, the in-flight cap.
+"""Pure ASGI middlewares: request metrics, access line and trace span (outermost), API keys, request bodies read in
+full, the in-flight cap.
 Their bytes in and out (``read_body``, ``send_error``, ...) are ``service.api.entry``'s, the inference entry's.
 """
 
@@ -16,6 +17,7 @@ from service.api.entry import body_too_large, header, replaying, send_error
 from service.core import Permits, key_authorised
 from service.errors import BodyTimeout, Overloaded, ServiceError, Unauthorized
 from service.metrics import ServiceMetrics
+from service.tracing import Tracing
 
 # Paths an API key never guards: the health probes, the service's own and the Open Inference Protocol's.
 OPEN_PATH_PREFIXES = ("/health", "/v2/health")
@@ -36,11 +38,17 @@ class MetricsMiddleware:
     """Counts requests by route template and status, their latency, and how many are in flight."""
 
     def __init__(
-        self, app: ASGIApp, metrics: ServiceMetrics, known_paths: frozenset[str] = frozenset(), access_log: bool = False
+        self,
+        app: ASGIApp,
+        metrics: ServiceMetrics,
+        known_paths: frozenset[str] = frozenset(),
+        access_log: bool = False,
+        tracing: Tracing | None = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.access_log = access_log  # one console line per request (service.access_log)
+        self.tracing = tracing  # a server span per request (service.tracing), when configured
         self.known_paths = known_paths  # labels requests answered before routing (e.g. 413) by their path
         self._labelled: dict[tuple[str, int], tuple[Any, Any]] = {}  # (route template, status) -> its metrics
 
@@ -58,7 +66,13 @@ class MetricsMiddleware:
             await send(message)
 
         self.metrics.in_flight.inc()
-        record = RequestRecord() if self.access_log else None
+        span = None
+        if self.tracing is None:
+            record = RequestRecord() if self.access_log else None
+        else:
+            carrier = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+            span = self.tracing.begin(f"{scope['method']} {scope['path']}", carrier, {"url.path": scope["path"]})
+            record = self.tracing.record_for(span, self.access_log)
         opened = ACCESS_RECORD.set(record)
         try:
             await self.app(scope, receive, send_with_status)
@@ -79,7 +93,11 @@ class MetricsMiddleware:
             elapsed = time.perf_counter() - started
             counted[0].inc()
             counted[1].observe(elapsed)
-            if record is not None:
+            if span is not None and self.tracing is not None:
+                attributes = {"http.request.method": scope["method"], "http.route": template,
+                              "http.response.status_code": status}  # fmt: skip
+                self.tracing.end(span, record, attributes, error=status >= 500)
+            if record is not None and self.access_log:
                 log_access(scope["method"], scope["path"], status, elapsed, record)
 
 
@@ -149,6 +167,7 @@ class BodyReadMiddleware:
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             await send_error(send, body_too_large(self.max_body_bytes), scope["path"], close=True)
             return
+        reading = time.perf_counter()
         try:
             async with asyncio.timeout(self.body_timeout_s):
                 body = await self._read(receive)
@@ -160,6 +179,9 @@ class BodyReadMiddleware:
             await send_error(send, error, scope["path"], close=True)
             return
         if body is not None:
+            record = ACCESS_RECORD.get()
+            if record is not None and record.spans is not None:
+                record.spans.append(("read body", reading, time.perf_counter(), {"http.request.body.size": len(body)}))
             await self.app(scope, replaying(body, receive), send)
 
     async def _read(self, receive: Receive) -> bytes | None:

@@ -43,6 +43,11 @@ from service.repository import READY
 from service.tasks import LAYOUTS
 
 logger = logging.getLogger(__name__)
+# What OpenTelemetry's gRPC conventions count as a server span's error
+SERVER_ERRORS = frozenset(
+    {grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNIMPLEMENTED,
+     grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS}
+)  # fmt: skip
 OPEN_METHODS = frozenset({"ServerLive", "ServerReady"})  # health probes: no API key, as /v2/health
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]  # (request, context) -> reply
 
@@ -178,11 +183,19 @@ def guard(core: ServiceCore, name: str, method: Handler) -> Handler:
     path = f"/{SERVICE}/{name}"
     keys = [key.encode() for key in core.settings.api_keys] if name not in OPEN_METHODS else []
     access_log = core.settings.access_log
+    tracing = core.tracing
     latency = core.metrics.request_seconds.labels(path)
 
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
-        record = RequestRecord() if access_log else None
+        span = None
+        if tracing is None:
+            record = RequestRecord() if access_log else None
+        else:
+            carrier = {str(key): str(value) for key, value in context.invocation_metadata() or ()}
+            span = tracing.begin(f"{SERVICE}/{name}", carrier, {"rpc.system": "grpc", "rpc.service": SERVICE,
+                                                                "rpc.method": name})  # fmt: skip
+            record = tracing.record_for(span, access_log)
         opened = ACCESS_RECORD.set(record)
         code = grpc.StatusCode.OK
         try:
@@ -208,7 +221,9 @@ def guard(core: ServiceCore, name: str, method: Handler) -> Handler:
             elapsed = time.perf_counter() - started
             core.metrics.requests.labels(path, code.name).inc()
             latency.observe(elapsed)
-            if record is not None:
+            if span is not None and tracing is not None:
+                tracing.end(span, record, {"rpc.grpc.status_code": code.value[0]}, error=code in SERVER_ERRORS)
+            if record is not None and access_log:
                 log_access("GRPC", path, code.name, elapsed, record)
 
     return call

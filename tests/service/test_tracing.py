@@ -1,0 +1,169 @@
+"""OpenTelemetry traces, received over OTLP by a real receiver in the test (protocol buffers decoded with
+opentelemetry-proto): the caller's ``traceparent`` is continued over HTTP and gRPC, each request has its server span
+and a child per stage with its attributes, and the access line carries the trace id. Without ``OTEL_*`` nothing is
+configured at all."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from service.settings import Settings
+from tests.service.apptools import free_port, real_server, serving
+from tests.service.tiny_models import TinyModel
+
+trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+pytest.importorskip("opentelemetry.sdk.trace")
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+STAGES = {"read body", "admission", "tokenize", "queue wait", "batch run", "post-process"}
+
+
+class Receiver(ThreadingHTTPServer):
+    """An OTLP/HTTP trace receiver: every span it is sent, decoded."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), ReceiverHandler)
+        self.spans: list[Any] = []
+        self.lock = threading.Lock()
+
+    def received(self, trace_id: str, at_least: int, timeout_s: float = 15.0) -> list[Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                found = [span for span in self.spans if span.trace_id.hex() == trace_id]
+            if len(found) >= at_least:
+                return found
+            time.sleep(0.05)
+        raise AssertionError(f"{len(found)} spans of trace {trace_id} arrived, expected at least {at_least}")
+
+
+class ReceiverHandler(BaseHTTPRequestHandler):
+    server: Receiver
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        request = trace_service.ExportTraceServiceRequest.FromString(body)
+        with self.server.lock:
+            for resource in request.resource_spans:
+                for scope in resource.scope_spans:
+                    self.server.spans.extend(scope.spans)
+        reply = trace_service.ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the test reads the spans, not the receiver's request lines."""
+
+
+@pytest.fixture()
+def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
+    server = Receiver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "bertserve-test")
+    yield server
+    server.shutdown()
+
+
+def attributes(span: Any) -> dict[str, Any]:
+    values = {}
+    for item in span.attributes:
+        kind = item.value.WhichOneof("value")
+        values[item.key] = getattr(item.value, kind)
+    return values
+
+
+def check_stages(spans: list[Any], server_name: str) -> Any:
+    """The server span (a child of the caller's span) and its stages' spans (children of it, inside its time)."""
+    (server,) = [span for span in spans if span.name == server_name]
+    assert server.parent_span_id.hex() == CALLER_SPAN
+    assert server.kind == server.SPAN_KIND_SERVER
+    children = [span for span in spans if span.parent_span_id == server.span_id]
+    assert {span.name for span in children} >= STAGES - {"read body"}
+    for child in children:
+        assert server.start_time_unix_nano <= child.start_time_unix_nano <= child.end_time_unix_nano
+        assert child.end_time_unix_nano <= server.end_time_unix_nano
+    batch = next(span for span in children if span.name == "batch run")
+    batch_attributes = attributes(batch)
+    assert batch_attributes["bertserve.batch.rows"] >= 2
+    assert batch_attributes["bertserve.batch.padded_tokens"] >= batch_attributes["bertserve.batch.rows"]
+    assert batch_attributes["bertserve.batch.model_seconds"] > 0
+    return server, children
+
+
+def test_http_and_grpc_requests_continue_the_callers_trace_with_a_span_per_stage(
+    receiver: Receiver, text_classification_model: TinyModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    import grpc
+
+    from service.grpc.protocol import MESSAGES, METHODS, SERVICE
+
+    caplog.set_level(logging.INFO, logger="bertserve.access")
+    grpc_port = free_port()
+    settings = Settings(
+        models=[f"sst={text_classification_model.bundle}"], port=free_port(), grpc_port=grpc_port, intra_op_threads=1
+    )  # type: ignore[call-arg]
+    traceparent = f"00-{TRACE_ID}-{CALLER_SPAN}-01"
+    with real_server(settings) as url:
+        answer = httpx.post(
+            f"{url}/v1/text-classification",
+            json={"inputs": ["a fine film", "a dull one"]},
+            headers={"traceparent": traceparent},
+        )
+        assert answer.status_code == 200
+        spans = receiver.received(TRACE_ID, at_least=len(STAGES) + 1)
+        server, children = check_stages(spans, "POST /v1/text-classification")
+        server_attributes = attributes(server)
+        assert server_attributes["http.route"] == "/v1/text-classification"
+        assert server_attributes["http.response.status_code"] == 200
+        assert server_attributes["bertserve.model"] == "sst" and server_attributes["bertserve.rows"] == 2
+        assert "read body" in {span.name for span in children}
+        lines = [record.getMessage() for record in caplog.records if record.name == "bertserve.access"]
+        assert any("/v1/text-classification 200" in line and f"trace_id={TRACE_ID}" in line for line in lines)
+
+        grpc_trace = "0af7651916cd43dd8448eb211c80319c"
+        request = MESSAGES["ModelInferRequest"](model_name="sst")
+        text = request.inputs.add(name="text", datatype="BYTES", shape=[2]).contents.bytes_contents
+        text.extend([b"a fine film", b"a dull one"])
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            infer = channel.unary_unary(
+                f"/{SERVICE}/ModelInfer",
+                request_serializer=METHODS["ModelInfer"][0].SerializeToString,
+                response_deserializer=METHODS["ModelInfer"][1].FromString,
+            )
+            infer(request, metadata=(("traceparent", f"00-{grpc_trace}-{CALLER_SPAN}-01"),), timeout=10)
+        spans = receiver.received(grpc_trace, at_least=len(STAGES))
+        server, _ = check_stages(spans, f"{SERVICE}/ModelInfer")
+        assert attributes(server)["rpc.system"] == "grpc" and attributes(server)["rpc.grpc.status_code"] == 0
+
+
+def test_without_otel_settings_nothing_is_configured(
+    text_classification_model: TinyModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings(models=[f"sst={text_classification_model.bundle}"], intra_op_threads=1)  # type: ignore[call-arg]
+
+    async def main() -> None:
+        async with serving(settings) as (app, client):
+            assert app.state.core.tracing is None
+            answer = await client.post("/v1/text-classification", json={"inputs": "fine"})
+            assert answer.status_code == 200
+
+    asyncio.run(main())
