@@ -19,6 +19,7 @@ from service.errors import BodyTimeout, Overloaded, ServiceError, Unauthorized
 from service.metrics import ServiceMetrics
 from service.tracing import Tracing
 
+TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})  # W3C trace context: what a span continues
 # Paths an API key never guards: the health probes, the service's own and the Open Inference Protocol's.
 OPEN_PATH_PREFIXES = ("/health", "/v2/health")
 
@@ -70,7 +71,7 @@ class MetricsMiddleware:
         if self.tracing is None:
             record = RequestRecord() if self.access_log else None
         else:
-            carrier = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+            carrier = {key.decode(): value.decode("latin-1") for key, value in scope["headers"] if key in TRACE_HEADERS}
             span = self.tracing.begin(f"{scope['method']} {scope['path']}", carrier, {"url.path": scope["path"]})
             record = self.tracing.record_for(span, self.access_log)
         opened = ACCESS_RECORD.set(record)

@@ -49,6 +49,7 @@ SERVER_ERRORS = frozenset(
      grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS}
 )  # fmt: skip
 OPEN_METHODS = frozenset({"ServerLive", "ServerReady"})  # health probes: no API key, as /v2/health
+TRACE_KEYS = frozenset({"traceparent", "tracestate"})  # W3C trace context in metadata: what a span continues
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]  # (request, context) -> reply
 
 
@@ -192,7 +193,7 @@ def guard(core: ServiceCore, name: str, method: Handler) -> Handler:
         if tracing is None:
             record = RequestRecord() if access_log else None
         else:
-            carrier = {str(key): str(value) for key, value in context.invocation_metadata() or ()}
+            carrier = {key: str(value) for key, value in context.invocation_metadata() or () if key in TRACE_KEYS}
             span = tracing.begin(f"{SERVICE}/{name}", carrier, {"rpc.system": "grpc", "rpc.service": SERVICE,
                                                                 "rpc.method": name})  # fmt: skip
             record = tracing.record_for(span, access_log)
