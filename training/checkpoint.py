@@ -111,9 +111,13 @@ def _summarise(keys: set[str], limit: int = 5) -> str:
 
 
 def _fit_state_dict(
-    model: BertPreTrainedModule, state: dict[str, torch.Tensor], folder: Path
+    model: BertPreTrainedModule, state: dict[str, torch.Tensor], folder: Path, new_head: bool = False
 ) -> dict[str, torch.Tensor]:
-    """Rename the checkpoint's keys to the model's, drop other heads' weights, and refuse anything that does not fit."""
+    """Rename the checkpoint's keys to the model's, drop other heads' weights, and refuse anything that does not fit.
+
+    Weights the checkpoint lacks (a head, the pooler) keep their random initialisation: with ``new_head`` (fine-tuning
+    puts a task head on a base checkpoint) that is expected and said so; otherwise it is a warning.
+    """
     with_bert_prefix = hasattr(model, "bert")
     expected = model.state_dict()
     fitted: dict[str, torch.Tensor] = {}
@@ -151,7 +155,13 @@ def _fit_state_dict(
     }
     if missing_encoder:
         raise CheckpointError(f"{folder}: the checkpoint lacks encoder weights: {_summarise(missing_encoder)}")
-    if missing:
+    if missing and new_head:
+        logger.info(
+            "%s: %s weights not in the checkpoint, newly initialised: %s (as expected: fine-tuning puts a new head "
+            "on the base checkpoint and trains it)",
+            folder, type(model).__name__, _summarise(missing),
+        )  # fmt: skip
+    elif missing:
         logger.warning(
             "%s: %s weights not in the checkpoint, newly initialised: %s",
             folder,
@@ -167,6 +177,7 @@ def load_model(
     *,
     random_init: bool = False,
     fresh_top_layers: int = 0,
+    new_head: bool = False,
     **config_overrides: Any,
 ) -> BertPreTrainedModule:
     """Build ARCHITECTURES[architecture or the config's first architecture or BertModel] and load its weights.
@@ -176,7 +187,8 @@ def load_model(
     weights: the from-scratch baseline that shows what pre-training gave. ``fresh_top_layers`` leaves the top N
     encoder layers and the pooler at their new random weights (Zhang et al. 2021, "Revisiting few-sample BERT
     fine-tuning": the layers nearest the pre-training heads fit those heads, not the task); on random weights it
-    changes nothing. Returns the model in eval mode.
+    changes nothing. ``new_head``: weights the checkpoint lacks are a head about to be trained, so their random
+    start is an info line saying it is expected, not a warning. Returns the model in eval mode.
     """
     folder = Path(folder)
     config = load_config(folder)
@@ -198,7 +210,7 @@ def load_model(
         raise CheckpointError(f"{folder}: cannot leave {fresh_top_layers} of its {layers} layers fresh")
     if random_init:
         return model.eval()
-    state = _fit_state_dict(model, _read_state_dict(folder), folder)
+    state = _fit_state_dict(model, _read_state_dict(folder), folder, new_head)
     if fresh_top_layers:
         state = _without_top_layers(state, layers, fresh_top_layers, folder)
     model.load_state_dict(state, strict=False)

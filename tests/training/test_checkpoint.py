@@ -92,6 +92,22 @@ def test_headless_encoder_without_bert_prefix_gets_a_new_head(
         assert max_abs_difference(expected[name], actual[name]) <= PARITY_TOLERANCE
 
 
+def test_a_new_head_for_fine_tuning_is_an_expected_info_line_not_a_warning(
+    save_hf_bert: SaveHfBert, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, folder = save_hf_bert("BertForPreTraining")
+    with caplog.at_level(logging.INFO, logger="training.checkpoint"):
+        load_model(folder, "BertForSequenceClassification", num_labels=2, new_head=True)
+    [notice] = [record for record in caplog.records if "newly initialised" in record.getMessage()]
+    assert notice.levelno == logging.INFO and "classifier.weight" in notice.getMessage()
+    assert "as expected: fine-tuning puts a new head on the base checkpoint" in notice.getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="training.checkpoint"):
+        load_model(folder, "BertForSequenceClassification", num_labels=2)
+    [warning] = [record for record in caplog.records if "newly initialised" in record.getMessage()]
+    assert warning.levelno == logging.WARNING and "expected" not in warning.getMessage()
+
+
 def test_head_checkpoint_loads_as_headless_encoder_and_into_another_head(
     save_hf_bert: SaveHfBert, padded_batch: dict[str, torch.Tensor]
 ) -> None:
