@@ -12,6 +12,7 @@ from pathlib import Path
 from contract.tasks import FINETUNE_TASKS, task_spec
 from training.checkpoint import CheckpointError
 from training.data import DataError
+from training.run_checks import OutFolderError
 from training.train import TrainingArguments, setup_runtime, teardown_runtime
 
 QA_DEFAULTS = task_spec("question-answering").pipeline_defaults
@@ -138,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     finetune = commands.add_parser(
         "finetune",
         help="fine-tune a BERT checkpoint for one of the four serving tasks",
-        description="Fine-tune a BERT checkpoint folder (Hugging Face layout) for a task and keep the best epoch.",
+        description="Fine-tune a BERT checkpoint folder (Hugging Face layout) for a task and keep the best epoch.\n"
+        "The --train / --eval file formats of each task are listed under 'data formats' at the end of this help.",
         formatter_class=DefaultsShown,
         epilog="data formats:\n"
         "  text-classification   CSV, TSV (GLUE style, no quoting) or JSONL with a text column, optional text-pair\n"
@@ -150,9 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     finetune.add_argument("--task", required=True, choices=FINETUNE_TASKS, help="the head to train")
     finetune.add_argument("--base", type=Path, required=True, help="BERT checkpoint folder to start from")
-    finetune.add_argument("--train", type=Path, required=True, help="training data file")
-    finetune.add_argument("--eval", type=Path, help="evaluation data file (evaluated after every epoch)")
+    finetune.add_argument(
+        "--train", type=Path, required=True, help="training data file (its format: 'data formats' at the end)"
+    )
+    finetune.add_argument("--eval", type=Path, help="evaluation data file (evaluated after every epoch), same format")
     finetune.add_argument("--out", type=Path, required=True, help="output checkpoint folder")
+    finetune.add_argument(
+        "--overwrite", action="store_true", help="write into an --out that already holds files (else refused)"
+    )
     finetune.add_argument("--epochs", type=float, default=3.0, help="passes over --train")
     finetune.add_argument(
         "--random-init",
@@ -260,7 +267,7 @@ def _run(args: argparse.Namespace) -> dict:
             doc_stride=args.doc_stride or args.max_length // 3, max_query_length=args.max_query_length,
             max_answer_length=args.max_answer_length, articles=args.articles, eval_articles=args.eval_articles,
             relevance_head=args.relevance_head, random_init=args.random_init,
-            fresh_top_layers=args.fresh_top_layers,
+            fresh_top_layers=args.fresh_top_layers, overwrite=args.overwrite,
             distill=(
                 DistillOptions(tuple(args.teacher), args.distill_alpha, args.distill_temperature)
                 if args.teacher else None
@@ -281,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         report = _run(args)
-    except (DataError, CheckpointError) as error:
+    except (DataError, CheckpointError, OutFolderError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.command == "pretrain-eval":

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
-import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
@@ -50,6 +49,14 @@ from training.evaluation import AnswerEvaluation, MaskedWordEvaluation, Predict,
 from training.metrics import classification_metrics, entity_metrics, squad_metrics
 from training.pretrain import masked_lm_training_loss
 from training.pretrain_data import MlmCollator
+from training.relevance import relevance_loss, relevance_targets
+from training.run_checks import (
+    Baseline,
+    check_out_folder,
+    majority_baseline,
+    warn_if_few_steps,
+    warn_if_not_above_baseline,
+)
 from training.squad import parse_article_range, read_squad, window_examples
 from training.tokenizer import load_tokenizer, pad_token_id_of
 from training.train import LossFunction, Runtime, TensorBatch, TrainingArguments, default_loss, set_seed, train
@@ -81,6 +88,7 @@ class FinetuneOptions:
     relevance_head: bool = False
     random_init: bool = False
     fresh_top_layers: int = 0
+    overwrite: bool = False
     distill: DistillOptions | None = None
     training: TrainingArguments = field(default_factory=TrainingArguments)
 
@@ -92,6 +100,7 @@ class TaskData:
     evaluate: Callable[[nn.Module], dict[str, float]] | None
     config_overrides: dict[str, Any]
     loss_fn: LossFunction = default_loss
+    baseline: Baseline | None = None  # the eval set's majority class (classification), which the result must beat
 
 
 @dataclass(frozen=True)
@@ -134,32 +143,6 @@ def _predictor(options: FinetuneOptions, context: TaskContext) -> Predict:
     return predict
 
 
-def relevance_targets(path: Path, labels: Sequence[str], named: Sequence[str] | None) -> list[float]:
-    """Rerank targets: with ``named`` (two labels, not relevant first) 0.0 / 1.0, else numbers in [0, 1]."""
-    if named:
-        if len(named) != 2:
-            raise DataError(f"a relevance head needs two --labels (not relevant, relevant), got {len(named)}")
-        check_labels(path, labels, named)
-        return [float(named.index(label)) for label in labels]
-    targets = []
-    for label in labels:
-        try:
-            target = float(label)
-        except ValueError:
-            raise DataError(
-                f"{path}: label {label!r} is not a number: give --labels NOT_RELEVANT,RELEVANT for named labels"
-            ) from None
-        if not 0.0 <= target <= 1.0:
-            raise DataError(f"{path}: relevance {label} is outside [0, 1]")
-        targets.append(target)
-    return targets
-
-
-def relevance_loss(model: nn.Module, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, float]]:
-    logits = model(**{key: value for key, value in batch.items() if key != "labels"})["logits"].squeeze(-1)
-    return F.binary_cross_entropy_with_logits(logits.float(), batch["labels"].float()), {}
-
-
 def _relevance(options: FinetuneOptions, context: TaskContext) -> TaskData:
     columns = {
         "text_column": options.text_column,
@@ -176,9 +159,10 @@ def _relevance(options: FinetuneOptions, context: TaskContext) -> TaskData:
         return [cast(Feature, {**feature, "labels": [target]}) for feature, target in pairs]
 
     train_features = features(options.train_file, options.max_train_samples)
-    evaluate = None
+    evaluate, baseline = None, None
     if options.eval_file is not None:
         eval_features = features(options.eval_file, options.max_eval_samples)
+        baseline = majority_baseline("relevant" if f["labels"][0] >= 0.5 else "not relevant" for f in eval_features)
 
         def evaluate(model: nn.Module) -> dict[str, float]:
             outputs = _predict(model, options.task, eval_features, options.training.eval_batch_size, context)
@@ -189,7 +173,7 @@ def _relevance(options: FinetuneOptions, context: TaskContext) -> TaskData:
 
     overrides = {"id2label": {0: "LABEL_0"}, "label2id": {"LABEL_0": 0}, "problem_type": "regression"}
     collate_fn = partial(collate, pad_token_id=context.pad_token_id)
-    return TaskData(train_features, collate_fn, evaluate, overrides, loss_fn=relevance_loss)
+    return TaskData(train_features, collate_fn, evaluate, overrides, loss_fn=relevance_loss, baseline=baseline)
 
 
 def _classification(options: FinetuneOptions, context: TaskContext) -> TaskData:
@@ -206,10 +190,11 @@ def _classification(options: FinetuneOptions, context: TaskContext) -> TaskData:
     check_labels(options.train_file, (row.label for row in rows), labels)
     label2id = {label: i for i, label in enumerate(labels)}
     train_features = encode_classification(rows, tokenizer, label2id, options.max_length)
-    evaluate = None
+    evaluate, baseline = None, None
     if options.eval_file is not None:
         eval_rows = read_classification_rows(options.eval_file, **columns, max_rows=options.max_eval_samples)
         check_labels(options.eval_file, (row.label for row in eval_rows), labels)
+        baseline = majority_baseline(row.label for row in eval_rows)
         eval_features = encode_classification(eval_rows, tokenizer, label2id, options.max_length)
 
         def evaluate(model: nn.Module) -> dict[str, float]:
@@ -222,7 +207,8 @@ def _classification(options: FinetuneOptions, context: TaskContext) -> TaskData:
         "label2id": label2id,
         "problem_type": "single_label_classification",
     }
-    return TaskData(train_features, partial(collate, pad_token_id=context.pad_token_id), evaluate, overrides)
+    collate_fn = partial(collate, pad_token_id=context.pad_token_id)
+    return TaskData(train_features, collate_fn, evaluate, overrides, baseline=baseline)
 
 
 def _token_classification(options: FinetuneOptions, context: TaskContext) -> TaskData:
@@ -341,6 +327,7 @@ TASK_BUILDERS = {
 
 def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
     load_config(options.base)  # fails fast, before any data is read, when --base is not a BERT checkpoint
+    check_out_folder(options.out, options.overwrite)
     if options.relevance_head and options.task != "text-classification":
         raise DataError(f"--relevance-head is a text-classification head, not one for {options.task}")
     set_seed(options.training.seed)  # the new head's initial weights depend on --seed
@@ -357,9 +344,11 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
     task_data = TASK_BUILDERS[options.task](options, context)
     if not task_data.train_features:
         raise DataError(f"{options.train_file}: no training examples")
+    if runtime.is_main:
+        warn_if_few_steps(len(task_data.train_features), options.training, runtime.world_size)
     model = load_model(
         options.base, spec.architecture, random_init=options.random_init, fresh_top_layers=options.fresh_top_layers,
-        **task_data.config_overrides,
+        new_head=True, **task_data.config_overrides,
     )  # fmt: skip
     distillation: dict[str, Any] = {}
     if options.distill is not None:  # after the student's head is drawn: loading teachers draws random weights too
@@ -396,4 +385,5 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
         loss_fn=task_data.loss_fn,
         report_extra={"distillation": distillation} if distillation else None,
     )
+    warn_if_not_above_baseline(report.get("best"), spec.primary_metric, task_data.baseline)
     return report

@@ -182,6 +182,12 @@ class LengthGroupedSampler(Sampler[int]):
             yield from sorted(chunk, key=lambda i: -self.lengths[i])
 
 
+def step_plan(batches_per_epoch: int, args: TrainingArguments) -> tuple[int, int]:
+    """(optimiser steps per epoch, steps in the run) for a process that sees ``batches_per_epoch`` batches."""
+    steps_per_epoch = max(1, math.ceil(batches_per_epoch / args.grad_accum))
+    return steps_per_epoch, args.max_steps or max(1, math.ceil(args.epochs * steps_per_epoch))
+
+
 def default_loss(model: nn.Module, batch: TensorBatch) -> tuple[torch.Tensor, dict[str, float]]:
     loss = model(**batch)["loss"]
     return loss, {}
@@ -238,8 +244,7 @@ def train(
         collate_fn=collate_fn,
         drop_last=False,
     )
-    steps_per_epoch = max(1, math.ceil(len(loader) / args.grad_accum))
-    total_steps = args.max_steps or max(1, math.ceil(args.epochs * steps_per_epoch))
+    steps_per_epoch, total_steps = step_plan(len(loader), args)
     warmup_steps = int(args.warmup_ratio * total_steps)
     wrapped: nn.Module = model
     if runtime.distributed:

@@ -186,6 +186,16 @@ def test_help_names_every_option_group(capsys) -> None:
     assert all(option in shown for option in ("--task", "--doc-stride", "--articles", "--text-column", "--grad-accum"))
 
 
+def test_help_points_to_the_data_formats_before_the_options(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["finetune", "--help"])
+    shown = capsys.readouterr().out
+    head, options = shown.split("options:", 1)
+    assert "'data formats' at the end" in head
+    assert "\ndata formats:\n" in options and "CoNLL" in options.split("\ndata formats:\n", 1)[1]
+    assert "--overwrite" in options
+
+
 def test_help_gives_the_defaults_the_parser_uses(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["finetune", "--help"])

@@ -13,7 +13,7 @@ from tests.training.conftest import TINY_CORPUS
 from training.checkpoint import load_model
 from training.cli import main
 from training.data import DataError, collate
-from training.finetune import relevance_targets
+from training.relevance import relevance_targets
 from training.tokenizer import load_tokenizer, save_tokenizer
 
 transformers = pytest.importorskip("transformers")
