@@ -163,7 +163,7 @@ def train_command(recipe: AccuracyRecipe) -> list[str]:
     data = recipe.data_folder()
     return [
         sys.executable, "-m", "training", "finetune", "--task", recipe.task,
-        "--base", str(base_folder(recipe)), "--out", str(RUNS / recipe.name),
+        "--base", str(base_folder(recipe)), "--out", str(RUNS / recipe.name), "--overwrite",
         "--train", str(data / recipe.train), "--eval", str(data / recipe.eval), *recipe.arguments,
         *init_arguments(recipe),
     ]  # fmt: skip

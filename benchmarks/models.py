@@ -96,7 +96,7 @@ def finetune(recipe: Recipe, scale: float = 1.0) -> Path:
     data = shared_data_dir()
     command = [
         sys.executable, "-m", "training", "finetune", "--task", recipe.task, "--base", str(base_checkpoint()),
-        "--train", str(data / recipe.train), "--eval", str(data / recipe.eval), "--out", str(out),
+        "--train", str(data / recipe.train), "--eval", str(data / recipe.eval), "--out", str(out), "--overwrite",
         "--epochs", str(recipe.epochs), "--max-length", str(recipe.max_length), *recipe.extra,
     ]  # fmt: skip
     samples = recipe.max_train_samples

@@ -129,7 +129,7 @@ def finetune(name: str, arguments: list[str]) -> dict[str, Any]:
     """``training finetune`` into TAPT_RUNS/name unless it finished there; returns its record and best metrics."""
     out, record_path = TAPT_RUNS / name, TAPT_RUNS / f"{name}.train.json"
     if not ((out / "metrics.json").is_file() and record_path.is_file()):
-        command = [sys.executable, "-m", "training", "finetune", "--out", str(out), *arguments]
+        command = [sys.executable, "-m", "training", "finetune", "--out", str(out), "--overwrite", *arguments]
         log.info("[%s] %s", name, " ".join(command))
         TAPT_RUNS.mkdir(parents=True, exist_ok=True)
         started, load_start = time.time(), load_average()

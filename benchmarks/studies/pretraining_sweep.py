@@ -73,7 +73,7 @@ CONFIGURATIONS = (
 def finetune_command(base: Path, sst2: Path, out: Path, seed: int, random_init: bool) -> list[str]:
     return [
         sys.executable, "-m", "training", "finetune", "--task", "text-classification", "--base", str(base),
-        "--train", str(sst2 / "train.tsv"), "--eval", str(sst2 / "dev.tsv"), "--out", str(out),
+        "--train", str(sst2 / "train.tsv"), "--eval", str(sst2 / "dev.tsv"), "--out", str(out), "--overwrite",
         *SST2_ARGUMENTS, "--seed", str(seed), "--precision", "fp32", *(["--random-init"] if random_init else []),
     ]  # fmt: skip
 

@@ -41,6 +41,7 @@ class SweepRun:
         return [
             sys.executable, "-m", "training", "finetune", "--task", self.task, "--base", str(base),
             "--train", str(data / self.train), "--eval", str(data / self.eval), "--out", str(out / self.name),
+            "--overwrite",
             "--precision", "fp32", *self.args, *teachers,
         ]  # fmt: skip
 

