@@ -68,6 +68,7 @@ from model_export.int8_checks import (
     check_eval_options,
     compare_with_fp32,
     log_int8_verdict,
+    served_precision,
 )
 from model_export.memory import describe_peak, release_memory
 from model_export.onnx_files import external_data_file, save_single_file
@@ -385,5 +386,5 @@ def export_bundle(
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-    logger.info("done: %s (%s, %s, %s); %s", out_dir, task, precision, quantize, describe_peak(weights_bytes))
+    logger.info("done: %s (%s, %s); %s", out_dir, task, served_precision(spec), describe_peak(weights_bytes))
     return read_bundle(out_dir)

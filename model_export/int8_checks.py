@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from contract.bundle import BundleSpec
 from contract.onnx_io import ort_session
 from model_export.memory import release_memory
 from model_export.validate import (
@@ -72,3 +73,16 @@ def log_int8_verdict(figures: dict[str, Any]) -> None:
         logger.warning(
             "int8 NOT written: %s is over --max-loss %g; the bundle keeps the fp32 graph", summary, figures["max_loss"]
         )
+
+
+def served_precision(spec: BundleSpec) -> str:
+    """What the bundle's one graph computes in, for the export's summary line: "serves int8 (dynamic, per-channel)"."""
+    if spec.quantization == "int8":
+        int8 = spec.parity.get("int8", {})
+        how = ["static, calibrated" if "calibration" in int8 else "dynamic", "per-channel"]
+        if int8.get("kept_fp32"):
+            how.append(f"{len(int8['kept_fp32'])} nodes kept fp32")
+        return f"serves int8 ({', '.join(how)})"
+    if spec.quantization_eval and not spec.quantization_eval.get("int8_accepted", True):
+        return f"serves {spec.precision}: int8 lost more than --max-loss and was not written"
+    return f"serves {spec.precision}"
