@@ -2,11 +2,11 @@
 
 Where the data is (the one place that decides it, ``shared_data_dir``):
 
-1. ``$BERTSERVE_DATA_DIR`` when it is set (the folder holding ``sst2/``, ``rte/``, ``squad/``, ``conll2003/``);
+1. ``$BERTSERVE_EVAL_DATA`` when it is set (the folder holding ``sst2/``, ``rte/``, ``squad/``, ``conll2003/``);
 2. otherwise the first ``shared/data`` folder found walking up from the current working directory
    (``make bench`` runs from the repository root, so a ``shared/`` beside or above the clone is found).
 
-A folder that does not exist is an error that says to set ``BERTSERVE_DATA_DIR``; nothing is looked up
+A folder that does not exist is an error that says to set ``BERTSERVE_EVAL_DATA``; nothing is looked up
 relative to this file.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # where the benchmarks run commands and keep runs/, not the data
-DATA_DIR_ENV = "BERTSERVE_DATA_DIR"
+DATA_DIR_ENV = "BERTSERVE_EVAL_DATA"
 DEFAULT_DATA_SUBDIR = Path("shared") / "data"
 
 
@@ -28,7 +28,7 @@ class DataDirNotFound(FileNotFoundError):
 
 
 def shared_data_dir() -> Path:
-    """The evaluation data folder: ``$BERTSERVE_DATA_DIR``, else ``shared/data`` in the cwd or a parent of it."""
+    """The evaluation data folder: ``$BERTSERVE_EVAL_DATA``, else ``shared/data`` in the cwd or a parent of it."""
     override = os.environ.get(DATA_DIR_ENV)
     if override:
         folder = Path(override).expanduser()

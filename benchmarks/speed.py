@@ -3,7 +3,7 @@
     python -m benchmarks.speed throughput [--threads 2 --batch 8 --length 128]
     python -m benchmarks.speed sst2 runs/minilm-sst2 [--dev DATA/sst2/dev.tsv]
 
-DATA is benchmarks.datasets.shared_data_dir(): $BERTSERVE_DATA_DIR, else shared/data in the working directory
+DATA is benchmarks.datasets.shared_data_dir(): $BERTSERVE_EVAL_DATA, else shared/data in the working directory
 or a parent of it.
 
 Both print markdown tables. Throughput uses a BERT-base-shaped classifier (12 x 768, random weights) and a MiniLM

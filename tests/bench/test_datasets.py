@@ -1,4 +1,4 @@
-"""benchmarks.datasets.shared_data_dir: $BERTSERVE_DATA_DIR first, else shared/data above the working directory."""
+"""benchmarks.datasets.shared_data_dir: $BERTSERVE_EVAL_DATA first, else shared/data above the working directory."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ def test_the_variable_names_the_folder(tmp_path: Path, monkeypatch: pytest.Monke
     make_shared_data(tmp_path)
     monkeypatch.chdir(tmp_path)  # a shared/data here too: the variable wins
     monkeypatch.setenv(DATA_DIR_ENV, str(chosen))
-    assert DATA_DIR_ENV == "BERTSERVE_DATA_DIR"
+    assert DATA_DIR_ENV == "BERTSERVE_EVAL_DATA"
     assert shared_data_dir() == chosen
 
 
 def test_a_missing_folder_in_the_variable_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     missing = tmp_path / "no-such-folder"
     monkeypatch.setenv(DATA_DIR_ENV, str(missing))
-    with pytest.raises(DataDirNotFound, match="set BERTSERVE_DATA_DIR") as error:
+    with pytest.raises(DataDirNotFound, match="set BERTSERVE_EVAL_DATA") as error:
         shared_data_dir()
     assert str(missing) in str(error.value)
     assert isinstance(error.value, FileNotFoundError)
@@ -38,7 +38,7 @@ def test_a_file_in_the_variable_is_not_a_folder(tmp_path: Path, monkeypatch: pyt
     not_a_folder = tmp_path / "data.tsv"
     not_a_folder.write_text("sentence\tlabel\n")
     monkeypatch.setenv(DATA_DIR_ENV, str(not_a_folder))
-    with pytest.raises(DataDirNotFound, match="set BERTSERVE_DATA_DIR"):
+    with pytest.raises(DataDirNotFound, match="set BERTSERVE_EVAL_DATA"):
         shared_data_dir()
 
 
@@ -65,5 +65,5 @@ def test_unset_and_nothing_found_is_a_clear_error(tmp_path: Path, monkeypatch: p
         pytest.skip("a shared/data folder sits above the temporary directory on this machine")
     monkeypatch.delenv(DATA_DIR_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(DataDirNotFound, match="set BERTSERVE_DATA_DIR"):
+    with pytest.raises(DataDirNotFound, match="set BERTSERVE_EVAL_DATA"):
         shared_data_dir()

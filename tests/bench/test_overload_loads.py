@@ -80,7 +80,7 @@ def real_data_or_skip() -> None:
     try:
         datasets.squad_path()
     except datasets.DataDirNotFound:
-        pytest.skip("no shared data (set BERTSERVE_DATA_DIR)")
+        pytest.skip("no shared data (set BERTSERVE_EVAL_DATA)")
 
 
 def test_real_long_loads_have_their_shapes() -> None:

@@ -13,11 +13,11 @@ from training.metrics import chunks
 from training.squad import parse_article_range, read_squad
 
 try:
-    DATA = shared_data_dir()  # $BERTSERVE_DATA_DIR, else shared/data above the working directory
+    DATA = shared_data_dir()  # $BERTSERVE_EVAL_DATA, else shared/data above the working directory
 except DataDirNotFound:
     DATA = Path("shared-data-not-found")  # the skipif below skips the module
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not DATA.is_dir(), reason="no shared data: set BERTSERVE_DATA_DIR")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not DATA.is_dir(), reason="no shared data: set BERTSERVE_EVAL_DATA")]
 
 
 def test_glue_files_read_as_they_are() -> None:

