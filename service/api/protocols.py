@@ -6,7 +6,22 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api import cohere, docs, health, hf, metrics, models, openai, playground, repository, rerank, tei, v1, v2
+from service.api import (
+    batch,
+    cohere,
+    docs,
+    health,
+    hf,
+    metrics,
+    models,
+    openai,
+    playground,
+    repository,
+    rerank,
+    tei,
+    v1,
+    v2,
+)
 from service.api.declared import declared_router
 from service.api.entry import InferenceRoute, Protocol
 
@@ -25,6 +40,7 @@ PROTOCOL_ROUTERS: tuple[APIRouter, ...] = tuple(
 ROUTERS: tuple[APIRouter, ...] = (
     models.router,
     *PROTOCOL_ROUTERS,
+    batch.router,
     repository.router,
     health.router,
     metrics.router,

@@ -1,0 +1,226 @@
+"""The batch runner: one background task, started and stopped by the core's owner (the HTTP app's lifespan), that
+takes the oldest unfinished batch and runs its lines in chunks of ``batch_chunk_lines``.
+
+- Each line goes to ``call`` (the HTTP side's route machinery: the route's request model, ``run_inference``, the
+  route's answer), concurrently within a chunk so the batcher can group them; a transient refusal (``TryLater``:
+  queue full, deadline, model restarting) is retried after its delay, up to ``MAX_TRIES`` times.
+- A chunk's entries are appended and synced, then its progress is committed (``BatchStore.commit_chunk``): a process
+  killed at any point resumes after the last committed chunk, and each line has exactly one entry.
+- Spare capacity first: before each chunk the runner waits while online work is in flight or queued (``busy``), for
+  at most ``MAX_YIELD_S``, so a steady online load slows a batch down but never stops it.
+- Cancelling, expiry (the completion window) and the end of the input are checked between chunks.
+
+Nothing here logs a line's content: only batch ids, counts and error types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from service.batch.lines import (
+    BATCH_EXPIRED,
+    DUPLICATE_CUSTOM_ID,
+    Plan,
+    Unsendable,
+    answered,
+    plan_lines,
+    read_line,
+    read_spans,
+    unanswered,
+)
+from service.batch.records import CANCELLED, CANCELLING, COMPLETED, EXPIRED, IN_PROGRESS, VALIDATING, BatchRecord
+from service.batch.store import BatchStore, now
+from service.core import ServiceCore
+from service.errors import ServiceError
+
+logger = logging.getLogger(__name__)
+
+MAX_TRIES = 20  # a line refused this many times for a transient reason gets that refusal as its answer
+MAX_YIELD_S = 1.0  # the longest a chunk waits for online work to clear
+IDLE_POLL_S = 5.0  # with nothing to do, look again this often (and when woken)
+BUSY_POLL_S = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status_code: int
+    body: Any
+
+
+class TryLater(Exception):
+    """A transient refusal: try the line again after ``retry_after_s``; ``answer`` is what to record if it keeps
+    being refused."""
+
+    def __init__(self, retry_after_s: float, answer: Answer) -> None:
+        super().__init__(f"try again in {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+        self.answer = answer
+
+
+LineCall = Callable[[str, Any], Awaitable[Answer]]  # (url, body) -> the route's answer; raises TryLater
+
+
+def online_work(core: ServiceCore) -> bool:
+    """Whether online requests are in flight (holding a permit) or rows wait in any model's queue."""
+    engines = core.registry.engines.values()
+    return core.permits.held > 0 or any(engine.batcher.queue_depth > 0 for engine in engines)
+
+
+class BatchRunner:
+    def __init__(
+        self, store: BatchStore, core: ServiceCore, call: LineCall, busy: Callable[[], bool] | None = None
+    ) -> None:
+        self.store = store
+        self.core = core
+        self.call = call
+        self.busy = busy if busy is not None else lambda: online_work(core)
+        self.chunk_lines = core.settings.batch_chunk_lines
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="bertserve-batch-runner")
+        self._task.add_done_callback(_log_stop)
+
+    def wake(self) -> None:
+        """A batch was created or cancelled: look now."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop between or within chunks (an uncommitted chunk is run again on the next start)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.store.close()
+
+    async def _run(self) -> None:
+        while not self.core.ready:
+            await asyncio.sleep(0.1)
+        while True:
+            batch = self.store.next_unfinished()
+            if batch is None:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(IDLE_POLL_S):
+                        await self._wake.wait()
+                continue
+            try:
+                await self.run_batch(batch)
+            except (OSError, ValueError, sqlite3.Error, ServiceError) as exc:  # data folder or input unreadable
+                logger.exception("batch %s failed", batch.id)
+                self.store.fail(batch.id, "batch_failed", f"the batch could not be run: {type(exc).__name__}")
+
+    async def run_batch(self, batch: BatchRecord) -> None:
+        """Run ``batch`` to its end (completed, cancelled, expired or failed), from its last committed chunk."""
+        if batch.status == CANCELLING:
+            await asyncio.to_thread(self.store.resume, batch)
+            await asyncio.to_thread(self.store.finish, batch.id, CANCELLED)
+            return
+        source = self.store.path_of(batch.input_file_id)
+        try:
+            plan = await asyncio.to_thread(plan_lines, source)
+        except FileNotFoundError:
+            self.store.fail(batch.id, "input_file_missing", f"the input file {batch.input_file_id} is gone")
+            return
+        if batch.status == VALIDATING:
+            if not plan.spans:
+                self.store.fail(batch.id, "empty_file", "the input file holds no requests")
+                return
+            if not self.store.move(batch.id, IN_PROGRESS, (VALIDATING,), total=len(plan)):
+                await self.run_batch(self.store.batch(batch.id))  # cancelled meanwhile
+                return
+            logger.info("batch %s: %d requests to %s", batch.id, len(plan), batch.endpoint)
+        batch = self.store.batch(batch.id)
+        await asyncio.to_thread(self.store.resume, batch)
+        while batch.done_lines < len(plan):
+            if batch.status == CANCELLING:
+                await asyncio.to_thread(self.store.finish, batch.id, CANCELLED)
+                logger.info("batch %s cancelled after %d of %d requests", batch.id, batch.done_lines, len(plan))
+                return
+            if now() >= batch.expires_at:
+                await self._expire(batch, plan)
+                return
+            await self._wait_for_spare_capacity()
+            batch = await self._run_chunk(batch, plan, source)
+        if self.store.finalizing(batch.id):
+            await asyncio.to_thread(self.store.finish, batch.id, COMPLETED)
+            logger.info("batch %s completed: %d ok, %d failed", batch.id, batch.completed, batch.failed)
+        else:
+            await asyncio.to_thread(self.store.finish, batch.id, CANCELLED)
+
+    async def _wait_for_spare_capacity(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MAX_YIELD_S
+        while self.busy() and loop.time() < deadline:
+            await asyncio.sleep(BUSY_POLL_S)
+
+    async def _run_chunk(self, batch: BatchRecord, plan: Plan, source: Any) -> BatchRecord:
+        first = batch.done_lines
+        numbers = range(first, min(first + self.chunk_lines, len(plan)))
+        raws = await asyncio.to_thread(read_spans, source, [plan.spans[number] for number in numbers])
+        entries = await asyncio.gather(
+            *(self._entry(batch, number, raw, plan) for number, raw in zip(numbers, raws, strict=True))
+        )
+        output = b"".join(entry for ok, entry in entries if ok)
+        errors = b"".join(entry for ok, entry in entries if not ok)
+        completed = sum(1 for ok, _ in entries if ok)
+        return await asyncio.to_thread(
+            self.store.commit_chunk, batch, numbers.stop, output, errors, completed, len(entries) - completed
+        )
+
+    async def _entry(self, batch: BatchRecord, number: int, raw: bytes, plan: Plan) -> tuple[bool, bytes]:
+        return await line_entry(self.call, batch.id, (batch.endpoint,), number, raw, plan)
+
+    async def _expire(self, batch: BatchRecord, plan: Plan) -> None:
+        """The completion window has passed: every line not answered gets a ``batch_expired`` entry."""
+        source = self.store.path_of(batch.input_file_id)
+        numbers = range(batch.done_lines, len(plan))
+        raws = await asyncio.to_thread(read_spans, source, [plan.spans[number] for number in numbers])
+        message = "the request was not run before the batch's completion window ended"
+        errors = b"".join(
+            unanswered(batch.id, number, line.custom_id, BATCH_EXPIRED, message)
+            for number, line in zip(numbers, (read_line(raw, (batch.endpoint,)) for raw in raws), strict=True)
+        )
+        await asyncio.to_thread(self.store.commit_chunk, batch, len(plan), b"", errors, 0, len(numbers))
+        await asyncio.to_thread(self.store.finish, batch.id, EXPIRED)
+        logger.info("batch %s expired with %d requests not run", batch.id, len(numbers))
+
+
+async def line_entry(
+    call: LineCall, batch_id: str, urls: Collection[str], number: int, raw: bytes, plan: Plan
+) -> tuple[bool, bytes]:
+    """Line ``number``'s entry, and whether it goes to the output file (a 200) or the error file."""
+    line = read_line(raw, urls)
+    if isinstance(line, Unsendable):
+        return False, unanswered(batch_id, number, line.custom_id, line.code, line.message)
+    if number in plan.repeats:
+        message = f"custom_id {line.custom_id!r} is used by request {plan.repeats[number] + 1} already"
+        return False, unanswered(batch_id, number, line.custom_id, DUPLICATE_CUSTOM_ID, message)
+    answer = await answer_with_retries(call, line.url, line.body)
+    entry = answered(batch_id, number, line.custom_id, answer.status_code, answer.body)
+    return answer.status_code == 200, entry
+
+
+async def answer_with_retries(call: LineCall, url: str, body: Any) -> Answer:
+    """The route's answer; a transient refusal waited out and tried again, ``MAX_TRIES`` times in all."""
+    for _ in range(MAX_TRIES - 1):
+        try:
+            return await call(url, body)
+        except TryLater as refused:
+            await asyncio.sleep(refused.retry_after_s)
+    try:
+        return await call(url, body)
+    except TryLater as refused:
+        return refused.answer
+
+
+def _log_stop(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.critical("the batch runner stopped: no batch runs until a restart", exc_info=task.exception())
