@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
+from service.api.batch import FILES_PATH, FileUploadEntry, open_batch_jobs
 from service.api.bodies import validation_error
 from service.api.entry import InferenceEntry
 from service.api.openapi_doc import finish_document
@@ -92,11 +93,14 @@ def create_app(
     ``ServiceCore``): the lifespan starts the core (loading its models first unless they are loaded) and stops it."""
     core = core or ServiceCore(settings or Settings(), engines, broken)
     settings = core.settings
+    batch_runner = open_batch_jobs(core)  # the Batch API's jobs, when settings.data_dir is set
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await core.start()
         app.state.registry = core.registry
+        if batch_runner is not None:
+            batch_runner.start()
         grpc = None
         if settings.grpc_port is not None:  # the gRPC transport, over the same core, on this event loop
             from service.grpc.server import GrpcTransport
@@ -107,6 +111,8 @@ def create_app(
         try:
             yield
         finally:
+            if batch_runner is not None:
+                await batch_runner.stop()  # an uncommitted chunk runs again on the next start
             if grpc is not None:
                 await grpc.stop(grace_s=settings.timeout_s)  # calls in flight finish within their deadline
             await core.stop(drain=True)
@@ -126,6 +132,7 @@ def create_app(
     app.state.metrics = core.metrics
     app.state.executor = core.executor
     app.state.registry = core.registry
+    app.state.batch_runner = batch_runner
     for router in ROUTERS:
         app.include_router(router)
     app.add_exception_handler(ServiceError, _service_error)
@@ -148,6 +155,7 @@ def create_app(
         max_body_readers=settings.max_body_readers,
         max_body_buffer_bytes=settings.max_body_buffer_bytes,
     )
+    app.add_middleware(FileUploadEntry, settings=settings, runner=batch_runner, declared=posted[FILES_PATH])
     open_paths = None
     if settings.api_keys:
         app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, protect_metrics=settings.protect_metrics)
