@@ -51,7 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     Every flag defaults to None: only flags given override the environment and the field defaults.
     """
-    parser = argparse.ArgumentParser(prog="python -m service", description="Serve fine-tuned BERT bundles over HTTP.")
+    parser = argparse.ArgumentParser(
+        prog="python -m service",
+        description="Serve fine-tuned BERT bundles over HTTP. "
+        "`python -m service batch INPUT --out OUTPUT ...` runs an OpenAI batch file through them without HTTP.",
+    )
     for name, field in Settings.model_fields.items():
         flags = FLAG_NAMES.get(name, ("--" + name.replace("_", "-"),))
         kind = _flag_type(name, field.annotation)
@@ -96,6 +100,11 @@ def settings_from_args(argv: list[str] | None = None) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["batch"]:  # a batch file through the models, no HTTP (service/batch_cli.py)
+        from service.batch_cli import batch_main
+
+        return batch_main(argv[1:])
     try:
         settings = settings_from_args(argv)
     except ValidationError as exc:
