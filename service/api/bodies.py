@@ -91,10 +91,46 @@ def validation_error(errors: Sequence[Mapping[str, Any]], content_type: str | No
         sent = f"not {content_type!r}" if content_type else "none was sent"
         return UnsupportedMediaType(f"the body must be JSON: send 'Content-Type: application/json' ({sent})")
     problems = []
-    for error in errors[:MAX_LISTED_PROBLEMS]:
+    for error in collapse_unions(errors)[:MAX_LISTED_PROBLEMS]:
         where = ".".join(str(part) for part in error.get("loc", ()))
         problems.append(f"{where}: {error.get('msg', 'invalid')}")
     return InvalidRequest("; ".join(problems) or "invalid request")
+
+
+BUILTIN_TAGS = frozenset({"str", "int", "float", "bool", "bytes", "dict", "list", "none"})
+
+
+def is_union_tag(part: Any) -> bool:
+    """Whether a location part names a union's member (pydantic's tag: ``str``, ``TextPair``, ``list[str]``),
+    not a field (snake_case) or an index."""
+    return isinstance(part, str) and ("[" in part or part[:1].isupper() or part in BUILTIN_TAGS)
+
+
+def collapse_unions(errors: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One problem per value a union refused, in words: pydantic gives one per member (``inputs.str: ...;
+    inputs.TextPair: ...; inputs.list[...]: ...``). Where the value got into a member (an object with a bad field,
+    a list with a bad item) only that member's problems are kept, its tag dropped from their location; where it
+    got into none, one problem names the types the place takes."""
+    kept: list[Mapping[str, Any]] = []
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for error in errors:
+        loc = tuple(error.get("loc", ()))
+        at = next((index for index, part in enumerate(loc) if is_union_tag(part)), None)
+        if at is None:
+            kept.append(error)
+        else:
+            groups.setdefault(loc[:at], []).append(error)
+    for prefix, members in groups.items():
+        at = len(prefix)
+        deeper = [error for error in members if len(error["loc"]) > at + 1]
+        if deeper:
+            kept += collapse_unions([{**error, "loc": (*prefix, *tuple(error["loc"])[at + 1 :])} for error in deeper])
+            continue
+        tags = ", ".join(dict.fromkeys(str(tuple(error["loc"])[at]) for error in members))
+        given = members[0].get("input")
+        what = "null" if given is None else f"{type(given).__name__} {given!r}"[:80]
+        kept.append({"type": "union", "loc": prefix, "msg": f"{what} is none of the accepted types: {tags}"})
+    return kept
 
 
 def invalid_value(exc: ValidationError, content_type: str | None, prefix: tuple[str, ...] = ()) -> ServiceError:

@@ -18,7 +18,7 @@ from fastapi import APIRouter
 from pydantic import ValidationError
 
 from service.api import health
-from service.api.bodies import invalid_value, parse_json
+from service.api.bodies import invalid_value, is_json_media_type, parse_json
 from service.api.deps import RegistryDep
 from service.api.entry import Decoded, Incoming, InferenceRoute, Protocol, Reply
 from service.api.error_docs import TASK_ERRORS, error_responses
@@ -57,8 +57,23 @@ def v2_error_responses(*errors: type[ServiceError]) -> dict[int | str, dict[str,
     return error_responses(*errors, body=V2Error)
 
 
-# a v2 infer body is read whatever its media type: no 415
-INFER_ERRORS = v2_error_responses(*(error for error in TASK_ERRORS if error is not UnsupportedMediaType))
+INFER_ERRORS = v2_error_responses(*TASK_ERRORS)
+BINARY_MEDIA_TYPE = "application/octet-stream"  # JSON, then binary tensor data (what tritonclient sends)
+
+
+def check_media_type(content_type: str | None) -> None:
+    """A v2 body is read when it comes without a media type (tritonclient and KServe's clients send none), as JSON,
+    or as JSON then binary tensor data (octet-stream); any other (curl -d's form encoding) is a 415, as on v1."""
+    if content_type is None or is_json_media_type(content_type):
+        return
+    if content_type.split(";")[0].strip().lower() == BINARY_MEDIA_TYPE:
+        return
+    raise UnsupportedMediaType(
+        f"the body must be JSON, or JSON then binary tensor data: send 'Content-Type: application/json' "
+        f"(not {content_type!r})"
+    )
+
+
 INFER_BODY = {
     "requestBody": {
         "required": True,
@@ -158,6 +173,7 @@ def decode_infer(incoming: Incoming, registry: ModelRegistry) -> Decoded:
     """v2 body -> the named model's task request (the model is looked up first: an unknown one is a 404)."""
     engine = find_engine(registry, incoming.path_params["name"], incoming.path_params.get("version"))
     layout = LAYOUTS[engine.task]
+    check_media_type(incoming.content_type)
     header, binary = split_body(incoming.body, incoming.header(HEADER_LENGTH))
     try:
         infer = V2InferRequest.model_validate(parse_json(header))

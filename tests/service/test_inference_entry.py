@@ -103,8 +103,13 @@ ERRORS: list[tuple[str, Any, dict[str, str], int, bytes]] = [
     ("/v1/fill-mask", {"inputs": "no mask here"}, JSON, 400,
      b'{"error":{"type":"bad_request","message":"no mask token ([MASK]) found in the input"}}'),
     ("/v1/embeddings", {"input": 5}, JSON, 422,
-     b'{"error":{"type":"validation_error","message":"body.input.str: Input should be a valid string; '
-     b'body.input.list[str]: Input should be a valid list"}}'),
+     b'{"error":{"type":"validation_error","message":"body.input: int 5 is none of the accepted types: str, '
+     b'list[str]"}}'),
+    ("/v1/text-classification", {"inputs": None}, JSON, 422,
+     b'{"error":{"type":"validation_error","message":"body.inputs: null is none of the accepted types: str, '
+     b'TextPair, list[union[str,TextPair]]"}}'),
+    ("/v1/text-classification", {"inputs": ["a", {"text": "b"}]}, JSON, 422,
+     b'{"error":{"type":"validation_error","message":"body.inputs.1.text_pair: Field required"}}'),
     ("/v1/embeddings", {"input": "x", "model": "fill-mask"}, JSON, 400,
      b'{"error":{"type":"bad_request","message":"model \'fill-mask\' serves fill-mask, not feature-extraction"}}'),
     ("/embed", b"", {}, 415,

@@ -300,3 +300,23 @@ def test_api_keys_guard_v2_inference_but_not_its_health_and_refusals_keep_the_v2
         assert too_large.status_code == 413 and isinstance(too_large.json()["error"], str)
         missing = app.get("/v2/models/any", headers=key)
         assert missing.status_code == 404 and "any" in missing.json()["error"]
+
+
+def test_a_body_in_a_media_type_that_is_not_json_is_a_415_on_v2_as_on_v1(server_url: str) -> None:
+    """curl -d sends form encoding: refused with the header to send; no media type at all (tritonclient) is read."""
+    body = json.dumps({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a fine film"]}]})
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    refused = httpx.post(f"{server_url}/v2/models/text-classification/infer", content=body, headers=form)
+    assert refused.status_code == 415
+    assert (
+        "Content-Type: application/json" in refused.json()["error"]
+        and "x-www-form-urlencoded" in refused.json()["error"]
+    )
+    v1 = httpx.post(f"{server_url}/v1/text-classification", content=json.dumps({"inputs": "a fine film"}), headers=form)
+    assert v1.status_code == 415
+    read = httpx.post(f"{server_url}/v2/models/text-classification/infer", content=body)
+    assert "content-type" not in read.request.headers and read.status_code == 200
+    binary = {"content-type": "application/octet-stream"}
+    assert (
+        httpx.post(f"{server_url}/v2/models/text-classification/infer", content=body, headers=binary).status_code == 200
+    )
