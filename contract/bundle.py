@@ -20,6 +20,10 @@ BUNDLE_FILE = "bundle.json"
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 
+ADAPTERS_DIR = "adapters"  # a LoRA base bundle's adapters: NAME.onnx_adapter (ONNX Runtime's format) + NAME.json
+ADAPTER_FILE_SUFFIX = ".onnx_adapter"
+LORA_KEYS = frozenset({"rank", "slots", "head", "shapes"})
+
 QUANTIZATIONS: tuple[str, ...] = ("none", "int8")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16")
 # How a feature-extraction graph pools token states into its sentence_embedding: the attention-masked mean, or [CLS].
@@ -80,6 +84,9 @@ class BundleSpec:
     # Request parameters this model answers with when a request leaves them out (a NER model's whole-word
     # aggregation_strategy "first"): keys of the task's pipeline defaults, JSON scalar values.
     request_defaults: dict[str, Any] = field(default_factory=dict)
+    # A LoRA base bundle (model_export/lora.py): the rank, each adapted module's and the head's overridable graph
+    # names and their shapes; empty for any other bundle.
+    lora: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -144,6 +151,8 @@ class BundleSpec:
             raise BundleError(path, defaults_problem)
         if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
             raise BundleError(path, f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts")
+        if self.lora and (set(self.lora) != LORA_KEYS or self.quantization != "none"):
+            raise BundleError(path, f"lora needs exactly {sorted(LORA_KEYS)} and an unquantized graph")
 
 
 @dataclass(frozen=True)
@@ -199,3 +208,36 @@ def read_bundle(folder: Path | str, verify_hashes: bool = True) -> Bundle:
             if file_sha256(folder / name) != expected:
                 raise BundleError(folder, f"{name} does not match the hash in bundle.json (corrupt or replaced)")
     return Bundle(path=folder, spec=spec)
+
+
+@dataclass(frozen=True)
+class AdapterFile:
+    """One LoRA fine-tune of a base bundle: its adapter file and its labels."""
+
+    name: str
+    path: Path
+    id2label: dict[int, str]
+
+
+def read_adapters(bundle: Bundle) -> dict[str, AdapterFile]:
+    """The adapters beside a LoRA base bundle (``adapters/NAME.onnx_adapter`` and ``NAME.json``), by name; none for
+    any other bundle. A file without its labels, or labels the task cannot use, is a BundleError naming it."""
+    folder = bundle.path / ADAPTERS_DIR
+    if not bundle.spec.lora or not folder.is_dir():
+        return {}
+    task = TASKS[bundle.spec.task]
+    adapters = {}
+    for path in sorted(folder.glob(f"*{ADAPTER_FILE_SUFFIX}")):
+        name = path.name.removesuffix(ADAPTER_FILE_SUFFIX)
+        try:
+            labels = json.loads(path.with_name(f"{name}.json").read_text()).get("id2label", {})
+            id2label = {int(k): str(v) for k, v in labels.items()} or dict(bundle.spec.id2label)
+        except (OSError, ValueError, AttributeError) as exc:
+            raise BundleError(path, f"adapter {name} has no readable {name}.json: {exc}") from exc
+        problem = task.labels_problem(id2label) if task.needs_labels else None
+        if problem is None and task.needs_labels and len(id2label) != len(bundle.spec.id2label):
+            problem = f"{len(id2label)} labels where the base bundle's head has {len(bundle.spec.id2label)}"
+        if problem is not None:
+            raise BundleError(path, problem)
+        adapters[name] = AdapterFile(name, path, id2label)
+    return adapters

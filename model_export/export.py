@@ -70,6 +70,7 @@ from model_export.int8_checks import (
     log_int8_verdict,
     served_precision,
 )
+from model_export.lora import add_slots, distinct_for_export, mark_overridable
 from model_export.memory import describe_peak, release_memory
 from model_export.onnx_files import external_data_file, save_single_file
 from model_export.options import DEFAULTS
@@ -193,6 +194,8 @@ def export_bundle(
     token_embeddings: bool = DEFAULTS.token_embeddings,
     request_defaults: dict[str, Any] | None = DEFAULTS.request_defaults,
     int8_calibration: str | Path | None = DEFAULTS.int8_calibration,
+    lora_rank: int = DEFAULTS.lora_rank,
+    lora_targets: str = DEFAULTS.lora_targets,
 ) -> Bundle:
     """Export a checkpoint folder into a validated bundle at out_dir; ExportError (ParityError) on any failure.
 
@@ -227,6 +230,9 @@ def export_bundle(
         raise ExportError("int8 quantization is a CPU path; it cannot be combined with precision fp16")
     if precision == "fp16" and "CUDAExecutionProvider" not in ort.get_available_providers():
         raise ExportError("precision fp16 needs onnxruntime-gpu with the CUDA execution provider")
+    if lora_rank and (quantize != "none" or precision != "fp32"):
+        raise ExportError("a LoRA base bundle (lora_rank) is fp32 and not quantized")
+    optimize = optimize and not lora_rank  # the fusion patterns do not know the LoRA slots' extra MatMuls
     check_eval_options(quantize, eval_data, max_loss)
     _check_out_dir(out_dir)
     progress = Progress(
@@ -244,6 +250,7 @@ def export_bundle(
         if defaults_problem is not None:
             raise ExportError(defaults_problem)
         model: nn.Module = load_for_export(checkpoint_dir, facts, task)
+        lora_plan = add_slots(model, lora_rank, tuple(lora_targets.split(","))) if lora_rank else None
         embedding = _embedding_settings(checkpoint_dir, task, pooling, normalize)
         prompts, default_prompt_name = sentence_prompts(checkpoint_dir) if embedding is not None else ({}, None)
         if embedding is not None:
@@ -277,7 +284,10 @@ def export_bundle(
         model_path, fused = work / "raw.onnx", {}
         quantization_eval: dict[str, Any] = {}
         with progress.step(f"exporting {architecture} as {task} (opset {opset})"):
+            if lora_plan is not None:
+                distinct_for_export(adapter)
             export_onnx(adapter, model_path, task, opset)
+            lora = mark_overridable(model_path, lora_plan) if lora_plan is not None else {}
             # Everything from here on is ONNX: the torch model (and the exporter's leftovers) go before it starts.
             del adapter
             release_memory()
@@ -377,6 +387,7 @@ def export_bundle(
                 fused_operators=fused,
                 parity=parity,
                 quantization_eval=quantization_eval,
+                lora=lora,
             )
             write_spec(staging, spec)
             read_bundle(staging)

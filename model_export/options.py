@@ -142,6 +142,19 @@ class ExportOptions:
             "(default: the sentence embedding only)"
         ),
     )
+    lora_rank: int = field(
+        default=0,
+        metadata=cli(
+            "a LoRA base bundle: a low-rank slot of this rank on each --lora-targets layer and an overridable head, "
+            "zero until an adapter fills them (python -m model_export.lora writes one per peft LoRA fine-tune); "
+            "fp32, no fusion (default: %(default)s, no slots)",
+            metavar="R",
+        ),
+    )
+    lora_targets: str = field(
+        default="query,value",
+        metadata=cli("with --lora-rank: the encoder's linear layers that get a slot (default: %(default)s)"),
+    )
     request_defaults: dict[str, Any] | None = field(
         default=None,
         metadata=cli(

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from contract.bundle import BundleError
+from service.adapters import adapter_engines
 from service.device import resolve_device
 from service.engine import Engine
 from service.errors import BadRequest, ClientClosedRequest, ModelNotFound, Overloaded, PayloadTooLarge
@@ -64,6 +65,7 @@ def load_engines(
     for name, path in sources.items():
         try:
             engines[name] = Engine.from_bundle(path, settings, name=name, executor=executor, device=device)
+            engines.update(adapter_engines(engines[name]))  # a LoRA base bundle's adapters: NAME:ADAPTER
         except BundleError as exc:
             if broken is None:
                 raise

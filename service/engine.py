@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -171,6 +172,7 @@ class Engine:
         self._started = False
         self._warmed_up = False
         self._stopping = False
+        self.adapter_gate: threading.BoundedSemaphore | None = None  # the run gate a base's LoRA adapters share
 
     @property
     def workers(self) -> list[Worker]:
@@ -235,6 +237,11 @@ class Engine:
     @property
     def task(self) -> str:
         return self.bundle.spec.task
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The prepare threads (the core's, shared by its engines, unless this engine made its own)."""
+        return self._executor
 
     @property
     def ready(self) -> bool:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from contract.bundle import BundleError
+from contract.bundle import BundleError, read_adapters
+from service.adapters import SEPARATOR, adapter_name
 from service.device import DeviceUnavailable, resolve_device
 from service.errors import BadRequest, ModelNotFound
 from service.metrics import ServiceMetrics
@@ -70,7 +71,13 @@ class ModelRepository:
         self._lock = asyncio.Lock()  # one load or unload at a time: each replaces the registry's engines
 
     def sources(self) -> dict[str, Path]:
-        return self.core.settings.model_sources()
+        """Every model the repository can load: the bundles the settings name, and the LoRA adapters beside the
+        served base bundles (``BASE:ADAPTER`` -> its adapter file)."""
+        found = self.core.settings.model_sources()
+        for base in list(self.core.registry.engines.values()):
+            if SEPARATOR not in base.name:
+                found |= {adapter_name(base.name, name): a.path for name, a in read_adapters(base.bundle).items()}
+        return found
 
     def index(self, ready_only: bool = False) -> list[RepositoryModel]:
         """Every model the settings name or the service serves, by name: READY (serving), LOADING, or UNAVAILABLE
@@ -135,8 +142,16 @@ class ModelRepository:
         logger.info("unloaded model %s", name)
 
     def _build(self, name: str, path: Path) -> Engine:
+        from service.adapters import adapter_engine
         from service.engine import Engine
 
+        base_name, separator, adapter = name.partition(SEPARATOR)
+        if separator:
+            base = self.core.registry.engines.get(base_name)
+            adapters = read_adapters(base.bundle) if base is not None else {}
+            if base is None or adapter not in adapters:
+                raise BundleError(path, f"adapter {adapter!r} of model {base_name!r} is not there any more")
+            return adapter_engine(base, adapters[adapter])
         settings = self.core.settings
         device = resolve_device(settings.device)
         return Engine.from_bundle(path, settings, name=name, executor=self.core.executor, device=device)

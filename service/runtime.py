@@ -13,6 +13,7 @@ batches in a row, or if the thread itself dies, the worker fails its batch with 
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import logging
 import threading
@@ -107,15 +108,30 @@ class OrtRunner:
         self.output_names = output_names
         self.output_shapes = {node.name: list(node.shape) for node in self.session.get_outputs()}
         self._input_names = [inp.name for inp in self.session.get_inputs()]
+        self._plain: ort.RunOptions | None = None
+        self.adapter: ort.LoraAdapter | None = None  # a LoRA adapter every run has active (with_adapter)
         self._shrink = ort.RunOptions()
         self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+
+    def with_adapter(self, path: Path) -> OrtRunner:
+        """This session, every run with the LoRA adapter file ``path`` active (ONNX Runtime's adapter format: its
+        values replace the graph's overridable initializers of those names)."""
+        adapter = ort.LoraAdapter()
+        adapter.Load(str(path))
+        runner = copy.copy(self)
+        runner._plain, runner._shrink = ort.RunOptions(), ort.RunOptions()
+        runner._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        for options in (runner._plain, runner._shrink):
+            options.add_active_adapter(adapter)
+        runner.adapter = adapter  # kept alive as long as the runs that use it
+        return runner
 
     def run(self, batch: PaddedRows) -> dict[str, np.ndarray]:
         feeds = batch.feeds
         if self._bound:
             return self._run_bound(feeds)
         ids = feeds["input_ids"]
-        options = self._shrink if ids.shape[0] * ids.shape[1] >= SHRINK_ARENA_TOKENS else None
+        options = self._shrink if ids.shape[0] * ids.shape[1] >= SHRINK_ARENA_TOKENS else self._plain
         inputs = {name: feeds[name] for name in self._input_names}
         arrays = self.session.run(list(self.output_names), inputs, options)
         return dict(zip(self.output_names, arrays, strict=True))
@@ -126,7 +142,7 @@ class OrtRunner:
             binding.bind_cpu_input(name, feeds[name])
         for name in self.output_names:
             binding.bind_output(name, "cuda", self.device.index)
-        self.session.run_with_iobinding(binding)
+        self.session.run_with_iobinding(binding, self._plain)
         arrays = binding.copy_outputs_to_cpu()
         return {
             name: array.astype(np.float32) if array.dtype == np.float16 else array

@@ -87,6 +87,8 @@ def flag_for(name: str) -> tuple[list[str], Any]:
         return [flag, "0.25"], 0.25
     if kind == str | Path | None:
         return [flag, "rows.jsonl"], "rows.jsonl"
+    if kind is str:
+        return [flag, "query,key"], "query,key"
     if kind == dict[str, Any] | None:
         return [flag, "top_k=3", flag, "mode=first"], {"top_k": 3, "mode": "first"}
     raise AssertionError(f"no test value for option {name} of type {kind}")
