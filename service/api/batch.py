@@ -49,6 +49,7 @@ from service.settings import Settings
 
 router = APIRouter(tags=["batch"])
 FILES_PATH = "/v1/files"
+CONTENT_TYPE = "application/octet-stream"  # a file's content, as OpenAI sends it
 FORM_SLACK_BYTES = 64 << 10  # multipart framing and the purpose field, beyond the file itself
 UPLOAD_BODY = {
     "requestBody": {
@@ -112,7 +113,7 @@ async def create_file() -> None:
     raise ServiceError("POST /v1/files is answered by service.api.batch.FileUploadEntry")
 
 
-@router.get(FILES_PATH, response_model=FileList, responses=error_responses(NotFound, ResourceNotFound))
+@router.get(FILES_PATH, response_model=FileList, responses=error_responses(NotFound, ResourceNotFound, InvalidRequest))
 async def list_files(
     request: Request,
     after: str | None = None,
@@ -135,7 +136,10 @@ async def retrieve_file(file_id: str, request: Request) -> dict[str, Any]:
     FILES_PATH + "/{file_id}/content",
     response_class=FileResponse,
     responses={
-        200: {"description": "The file's bytes (JSONL).", "content": {"application/jsonl": {}}},
+        200: {
+            "description": "The file's bytes (JSONL).",
+            "content": {CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+        },
         **error_responses(NotFound, ResourceNotFound),
     },
 )
@@ -143,7 +147,7 @@ async def file_content(file_id: str, request: Request) -> FileResponse:
     """The file's content: an uploaded input, or a batch's output or error file (JSONL)."""
     runner, owner = runner_of(request)
     record = runner.store.file(owner, file_id)
-    return FileResponse(runner.store.path_of(record.id), media_type="application/jsonl", filename=record.filename)
+    return FileResponse(runner.store.path_of(record.id), media_type=CONTENT_TYPE, filename=record.filename)
 
 
 @router.delete(
@@ -161,7 +165,9 @@ async def delete_file(file_id: str, request: Request) -> dict[str, Any]:
 @router.post(
     "/v1/batches",
     response_model=BatchObject,
-    responses=error_responses(BadRequest, NotFound, ResourceNotFound, InvalidRequest, Overloaded),
+    responses=error_responses(
+        BadRequest, NotFound, ResourceNotFound, PayloadTooLarge, UnsupportedMediaType, InvalidRequest, Overloaded
+    ),
 )
 async def create_batch(body: BatchCreateRequest, request: Request) -> dict[str, Any]:
     """Run every request of an uploaded file through ``endpoint`` in the background, on the models' spare capacity;
@@ -194,7 +200,9 @@ async def cancel_batch(batch_id: str, request: Request) -> dict[str, Any]:
     return batch.as_object()
 
 
-@router.get("/v1/batches", response_model=BatchList, responses=error_responses(NotFound, ResourceNotFound))
+@router.get(
+    "/v1/batches", response_model=BatchList, responses=error_responses(NotFound, ResourceNotFound, InvalidRequest)
+)
 async def list_batches(
     request: Request, after: str | None = None, limit: int = Query(default=20, ge=1, le=100)
 ) -> dict[str, Any]:
