@@ -34,6 +34,7 @@ from benchmarks.report import load_average, write_report
 
 log = logging.getLogger("benchmarks.adapters")
 WORK = REPO_ROOT / "benchmarks" / "scratch" / "adapters"
+SETTLE_S = 20.0  # past the service's first malloc_trim (service.core.TRIM_EVERY_S): the heap it keeps, not warm-up's
 
 
 def make_models(count: int, rank: int) -> dict[str, Any]:
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, bundle in (("base alone", models["bare"]), ("base + adapters", models["lora"])):
         command, port = serve("base", bundle)
         with servers.running(f"adapters-{label.replace(' ', '')}", command, port, "/health/ready", WORK) as server:
-            time.sleep(1.0)
+            time.sleep(SETTLE_S)
             memory[label] = rss_bytes(server.pid)
     per_adapter = (memory["base + adapters"] - memory["base alone"]) / args.adapters
     texts = load_inputs("sst2")

@@ -85,7 +85,7 @@ def h2load(
     h2load_path = shutil.which("h2load")
     if h2load_path is None:
         raise RuntimeError("h2load is not installed: apt-get install nghttp2-client")
-    log_file = LOG_DIR / "h2load-requests.tsv"
+    log_file = LOG_DIR / f"h2load-{os.getpid()}-{time.monotonic_ns()}.tsv"  # h2load appends to an existing file
     command = [h2load_path, "-c", str(concurrency), "-m", "1", "-t", "1", "-D", f"{duration_s:g}",
                f"--warm-up-time={warmup_s:g}", "-d", str(body), f"--log-file={log_file}", *options, url]  # fmt: skip
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
@@ -94,6 +94,7 @@ def h2load(
     if done is None or rate is None:
         raise RuntimeError(f"h2load output not understood:\n{output}")
     latencies = sorted(int(line.split("\t")[2]) / 1000 for line in log_file.read_text().splitlines() if line)
+    log_file.unlink()
     return {
         "requests": int(done.group(3)), "succeeded": int(done.group(4)), "failed": int(done.group(5)),
         "requests_per_s": float(rate.group(2)),

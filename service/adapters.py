@@ -3,14 +3,14 @@
 
 An adapter's engine shares the base engine's ONNX Runtime session (the weights are held once; the adapter file's
 values replace the graph's zero LoRA factors and the head for its runs: ``OrtRunner.with_adapter``) and has its own
-queue, workers, labels, admission and metrics, so a batch never mixes adapters. The adapters of one base share one
-run gate: together they run at most the base's parallel runs on the session.
+queue, workers, labels, admission and metrics, so a batch never mixes adapters. (Its workers are gated as any
+engine's, not by one gate shared with the base's other adapters: a worker holds its gate while it waits for its own
+queue, so a shared gate would let one adapter's idle workers starve the others.)
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 from contract.bundle import AdapterFile, Bundle, BundleError, read_adapters
 from service.engine import Engine
@@ -47,9 +47,7 @@ def adapter_engine(base: Engine, adapter: AdapterFile) -> Engine:
         base.settings, base.executor, None, base.batching, base.settings.model_workers,
         fresh if make_base is not None else None, base.device,
     )  # fmt: skip
-    if base.adapter_gate is None:
-        base.adapter_gate = threading.BoundedSemaphore(max(1, base.pool.parallel_runs))
-    engine.pool.share_gate(base.adapter_gate)
+    engine.rate_of = base
     return engine
 
 

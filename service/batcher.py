@@ -375,6 +375,11 @@ class Batcher:
             self.wasted_seconds += elapsed_s * unwanted / len(batch.items)
         self.record_rate(batch.real_tokens, elapsed_s)
 
+    def adopt_rate(self, other: Batcher) -> None:
+        """Start from ``other``'s measured time per token (a model that computes as ``other``'s does)."""
+        if self._seconds_per_token is None:
+            self._seconds_per_token = other.seconds_per_token
+
     def record_rate(self, real_tokens: int, elapsed_s: float) -> None:
         """Fold one batch's model time into the seconds-per-token estimate (batches too small to tell are skipped)."""
         if elapsed_s <= 0 or real_tokens < self.rate_min_tokens:

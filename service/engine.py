@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -172,7 +171,7 @@ class Engine:
         self._started = False
         self._warmed_up = False
         self._stopping = False
-        self.adapter_gate: threading.BoundedSemaphore | None = None  # the run gate a base's LoRA adapters share
+        self.rate_of: Engine | None = None  # the engine whose measured time per token this one shares (an adapter's)
 
     @property
     def workers(self) -> list[Worker]:
@@ -279,7 +278,10 @@ class Engine:
             ctx = self.context
             ids = np.array([ctx.cls_token_id] + [ctx.mask_token_id] * 6 + [ctx.sep_token_id], dtype=np.int64)
             await self.batcher.run([ModelRow(ids, np.zeros_like(ids))], self.settings.timeout_s)
-            await self.batcher.run(self._rate_probe(), self.settings.timeout_s)
+            if self.rate_of is None:
+                await self.batcher.run(self._rate_probe(), self.settings.timeout_s)
+            else:  # a LoRA adapter costs what its base costs: no probe batch of its own beside the others'
+                self.batcher.adopt_rate(self.rate_of.batcher)
             await asyncio.get_running_loop().run_in_executor(self._executor, seed_rate, self._ledger, ctx.tokenizer)
             self._warmed_up = True
             logger.info("model %s (%s) warmed up in %.3f s", self.name, self.task, time.perf_counter() - started)

@@ -59,12 +59,6 @@ class WorkerPool:
         self._timers: list[threading.Timer] = []
         self._stopping = False
 
-    def share_gate(self, gate: threading.BoundedSemaphore) -> None:
-        """Run under ``gate``, shared with the other pools on the same session (a base model's LoRA adapters)."""
-        self.gate = gate
-        for worker in self.workers:
-            worker.gate = gate
-
     def _worker(self, number: int, observer: BatchObserver | None) -> Worker:
         on_death = self._on_death if self.make_runner is not None else None
         return Worker(

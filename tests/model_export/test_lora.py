@@ -135,6 +135,11 @@ def test_the_service_serves_each_adapter_as_a_model_equal_to_its_merged_export(l
                 for ours, theirs in zip(adapted.json()["results"], merged.json()["results"], strict=True):
                     assert [item["label"] for item in ours] == [item["label"] for item in theirs]
                     np.testing.assert_allclose([i["score"] for i in ours], [i["score"] for i in theirs], atol=1e-4)
+            mixed = [
+                client.post("/v1/text-classification", json={"inputs": text, "model": f"base:tune{1 + i % 2}"})
+                for i, text in enumerate(TEXTS * 6)
+            ]
+            assert [answer.status_code for answer in await asyncio.gather(*mixed)] == [200] * len(mixed)
             metrics = (await client.get("/metrics")).text
             assert 'bertserve_batch_size_count{model="base:tune1"' in metrics
 
