@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from contract.bundle import BundleError
+from service.flags import build_parser
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -31,8 +32,6 @@ CLI_BATCH_ID = "cli"  # entry ids come from this and the line's number, so a res
 
 
 def build_batch_parser() -> argparse.ArgumentParser:
-    from service.__main__ import build_parser
-
     parser = build_parser()
     parser.prog = "python -m service batch"
     parser.description = "Run an OpenAI batch input file through the models, without HTTP."

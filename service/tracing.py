@@ -92,6 +92,9 @@ class Tracing:
 
     def end(self, span: Span, record: RequestRecord | None, attributes: Mapping[str, Any], error: bool) -> None:
         """The stages' spans (children of ``span``, at the times they ran), then ``span`` itself."""
+        if not span.is_recording():  # not sampled: nothing to say
+            span.end()
+            return
         if record is not None and record.spans:
             context = self._trace.set_span_in_context(span)
             for name, start, end, stage_attributes in record.spans:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from service.__main__ import build_parser, main, settings_from_args
+from service.__main__ import main
+from service.flags import build_parser, settings_from_args
 from service.settings import Settings, discover_bundles
 from tests.service.tiny_models import TinyModel
 
