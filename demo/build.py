@@ -77,6 +77,15 @@ DEMOS: tuple[DemoSpec, ...] = (
 # The training CLI's progress bar (step, loss, elapsed, estimate) is written every 10 s, not once per step; a quiet
 # build shows its latest state on the console at that pace (PROGRESS_EVERY_S).
 QUIET_TRAINING_ENV = {"TQDM_MININTERVAL": "10"}
+
+
+def training_env() -> dict[str, str]:
+    """The training steps' environment: quiet progress, and torch's OpenMP threads waiting passively unless the
+    caller chose: spinning for a core another process holds tripled the training's CPU seconds beside a 2-process
+    hog (3.09x idle, passive 1.19x; benchmarks/results/training_contention.md)."""
+    return {**QUIET_TRAINING_ENV, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+
+
 PROGRESS_EVERY_S = 10.0
 BUILD_LOG = "build.log"  # the training and export logs, kept beside the bundle they made
 
@@ -112,9 +121,10 @@ def run_step(
     started, cpu_started = time.monotonic(), children_cpu_seconds()
     env = {**os.environ, **OFFLINE_ENV, **(env or {})}
     shown = started
-    with log_file.open("wb") as log, subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
-    ) as process:
+    with (
+        log_file.open("wb") as log,
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env) as process,
+    ):
         assert isinstance(process.stdout, io.BufferedReader)
         while chunk := process.stdout.read1(4096):
             log.write(chunk)
@@ -174,7 +184,7 @@ def build_demo(
         sys.executable, "-m", "model_export", str(checkpoint), str(staging), "--task", spec.task,
         "--quantize", quantize, *fusion, *spec.export_args,
     ]  # fmt: skip
-    train_s, train_cpu = run_step(f"{spec.name}: training", train, folder / "train.log", echo, QUIET_TRAINING_ENV)
+    train_s, train_cpu = run_step(f"{spec.name}: training", train, folder / "train.log", echo, training_env())
     steps = trained_steps(checkpoint)
     _part(f"{'?' if steps is None else steps} steps trained in {train_s:.0f} s ({train_cpu:.0f} CPU s),", echo)
     export_s, _ = run_step(f"{spec.name}: export", export, folder / "export.log", echo)

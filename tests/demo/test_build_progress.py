@@ -34,3 +34,17 @@ def test_a_failed_step_names_its_log_and_shows_its_tail(tmp_path: Path) -> None:
     log = tmp_path / "export.log"
     with pytest.raises(RuntimeError, match=r"demo: export failed \(exit 3\); log .*export\.log:\nbroken"):
         build.run_step("demo: export", [sys.executable, "-c", "print('broken'); raise SystemExit(3)"], log, echo=False)
+
+
+def test_training_threads_wait_passively_unless_the_caller_chose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = "import os, sys; sys.stdout.write(os.environ.get('OMP_WAIT_POLICY', 'unset'))"
+    for chosen, expected in ((None, "PASSIVE"), ("ACTIVE", "ACTIVE")):
+        if chosen is None:
+            monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+        else:
+            monkeypatch.setenv("OMP_WAIT_POLICY", chosen)
+        log = tmp_path / f"{expected}.log"
+        build.run_step("demo: training", [sys.executable, "-c", script], log, echo=False, env=build.training_env())
+        assert log.read_text() == expected
