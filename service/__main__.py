@@ -36,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         from service.batch_cli import batch_main
 
         return batch_main(argv[1:])
+    if argv[:1] == ["batch-join"]:  # the outputs of sharded batch runs into one
+        from service.batch_cli import join_main
+
+        return join_main(argv[1:])
     try:
         settings = settings_from_args(argv)
     except ValidationError as exc:

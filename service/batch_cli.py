@@ -5,6 +5,11 @@ endpoint: /v1/embeddings or a /v1 task route). Entries are written in the Batch 
 rest to ``--errors`` (default: OUTPUT's name with ``.errors.jsonl``). Each chunk is appended and synced; run the same
 command again after a crash or Ctrl-C and it resumes: lines whose entry is in either file are skipped (a partial last
 line is cut off first). Every serving flag applies (``python -m service --help``); progress goes to stderr.
+
+``--shard INDEX/COUNT`` answers only every COUNT-th line from line INDEX (``--shard COUNT``: the index from
+``$JOB_COMPLETION_INDEX``, as a Kubernetes Indexed Job's pods have it; ``{index}`` in OUTPUT becomes the index).
+``python -m service batch-join INPUT PARTS... --out OUTPUT`` joins the shards' files (or folders of them) into one
+output and one errors file in input order, each line once; it exits 1 naming the lines no shard answered.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from contract.bundle import BundleError
+from service.batch.shards import INDEX_VARIABLE, Shard, errors_path, join, parse_shard
 from service.flags import build_parser
 from service.settings import Settings
 
@@ -38,13 +44,60 @@ def build_batch_parser() -> argparse.ArgumentParser:
     parser.add_argument("input", type=Path, metavar="INPUT", help="The batch file (JSONL), one request a line.")
     parser.add_argument("--out", type=Path, required=True, metavar="OUTPUT", help="Where the 200 answers go.")
     parser.add_argument("--errors", type=Path, default=None, metavar="ERRORS", help="Where the other entries go.")
+    parser.add_argument(
+        "--shard", type=_shard, default=None, metavar="INDEX/COUNT",
+        help=f"Answer only lines whose number is INDEX modulo COUNT; COUNT alone takes INDEX from ${INDEX_VARIABLE}. "
+        "{index} in OUTPUT becomes INDEX.",
+    )  # fmt: skip
     return parser
+
+
+def _shard(text: str) -> Shard:
+    try:
+        return parse_shard(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_join_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m service batch-join",
+        description="Join the outputs of `python -m service batch --shard` runs into one output and one errors file.",
+    )
+    parser.add_argument("input", type=Path, metavar="INPUT", help="The batch file the shards ran.")
+    parser.add_argument("parts", type=Path, nargs="+", metavar="PART", help="Shard output or errors files, or folders.")
+    parser.add_argument("--out", type=Path, required=True, metavar="OUTPUT", help="Where the 200 answers go.")
+    parser.add_argument("--errors", type=Path, default=None, metavar="ERRORS", help="Where the other entries go.")
+    return parser
+
+
+def join_main(argv: list[str]) -> int:
+    args = build_join_parser().parse_args(argv)
+    errors = args.errors or errors_path(args.out)
+    if not args.input.is_file():
+        print(f"bertserve batch-join: error: no input file {args.input}", file=sys.stderr)
+        return 2
+    joined = join(args.input, args.parts, args.out, errors, CLI_BATCH_ID)
+    print(
+        f"{joined.lines} lines: {joined.completed} answered ({args.out}), {joined.failed} failed ({errors}), "
+        f"{joined.duplicates} duplicate entries dropped, {joined.foreign} entries of other inputs ignored",
+        file=sys.stderr,
+    )
+    if joined.missing:
+        shown = ", ".join(str(number) for number in joined.missing[:10])
+        print(f"bertserve batch-join: error: {len(joined.missing)} lines have no entry in any part "
+              f"(line numbers {shown}{', ...' if len(joined.missing) > 10 else ''}): run their shards again",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
 
 
 def batch_main(argv: list[str]) -> int:
     args = vars(build_batch_parser().parse_args(argv))
-    source, output = args.pop("input"), args.pop("out")
-    errors = args.pop("errors") or output.with_name(output.name.removesuffix(".jsonl") + ".errors.jsonl")
+    source, output, shard = args.pop("input"), args.pop("out"), args.pop("shard")
+    if shard is not None:
+        output = Path(str(output).replace("{index}", str(shard.index)))
+    errors = args.pop("errors") or errors_path(output)
     try:
         settings = Settings(**{key: value for key, value in args.items() if value is not None})
     except ValidationError as exc:
@@ -66,7 +119,9 @@ def batch_main(argv: list[str]) -> int:
     if not core.registry.engines:
         print("bertserve batch: error: no models to serve (use --models DIR or --model NAME=PATH)", file=sys.stderr)
         return 2
-    completed, failed = asyncio.run(run_file(core, source, output, errors))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    errors.parent.mkdir(parents=True, exist_ok=True)
+    completed, failed = asyncio.run(run_file(core, source, output, errors, shard))
     print(f"\n{completed} answered ({output}), {failed} failed ({errors})", file=sys.stderr)
     return 0
 
@@ -83,8 +138,11 @@ def done_entries(path: Path) -> set[str]:
     return {json.loads(line)["id"] for line in whole.splitlines() if line.strip()}
 
 
-async def run_file(core: ServiceCore, source: Path, output: Path, errors: Path) -> tuple[int, int]:
-    """Answer every line of ``source`` not answered yet; the counts of 200s and of the rest, this run's and before."""
+async def run_file(
+    core: ServiceCore, source: Path, output: Path, errors: Path, shard: Shard | None = None
+) -> tuple[int, int]:
+    """Answer every line of ``source`` (of ``shard``) not answered yet; the counts of 200s and of the rest, this
+    run's and before."""
     from service.api.batch_lines import BATCH_ROUTES, RouteCall
     from service.batch.lines import entry_id, plan_lines, read_spans
     from service.batch.runner import line_entry
@@ -95,7 +153,8 @@ async def run_file(core: ServiceCore, source: Path, output: Path, errors: Path) 
             await asyncio.sleep(0.05)
         plan = await asyncio.to_thread(plan_lines, source)
         done = done_entries(output) | done_entries(errors)
-        todo = [number for number in range(len(plan)) if entry_id(CLI_BATCH_ID, number) not in done]
+        mine = [number for number in range(len(plan)) if shard is None or shard.owns(number)]
+        todo = [number for number in mine if entry_id(CLI_BATCH_ID, number) not in done]
         call, chunk_lines = RouteCall(core), core.settings.batch_chunk_lines
         completed, failed = len(done_entries(output)), len(done_entries(errors))
         with output.open("ab") as answers, errors.open("ab") as failures:
@@ -114,7 +173,7 @@ async def run_file(core: ServiceCore, source: Path, output: Path, errors: Path) 
                     os.fsync(target.fileno())
                 completed += sum(1 for good, _ in entries if good)
                 failed += sum(1 for good, _ in entries if not good)
-                sys.stderr.write(f"\r{completed + failed}/{len(plan)} lines ({failed} failed)")
+                sys.stderr.write(f"\r{completed + failed}/{len(mine)} lines ({failed} failed)")
         return completed, failed
     finally:
         await core.stop()
