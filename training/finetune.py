@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from contract.tasks import task_spec
-from training.checkpoint import CheckpointError, load_config, load_model, save_model
+from training.checkpoint import CheckpointError, load_config, load_model
 from training.data import (
     DataError,
     Feature,
@@ -46,6 +46,7 @@ from training.distill import (
     ensemble_report,
 )
 from training.evaluation import AnswerEvaluation, MaskedWordEvaluation, Predict, WordLabelEvaluation
+from training.families import full_saver, load_task_model, model_type_of
 from training.metrics import classification_metrics, entity_metrics, squad_metrics
 from training.pretrain import masked_lm_training_loss
 from training.pretrain_data import MlmCollator
@@ -58,7 +59,7 @@ from training.run_checks import (
     warn_if_not_above_baseline,
 )
 from training.squad import parse_article_range, read_squad, window_examples
-from training.tokenizer import load_tokenizer, pad_token_id_of
+from training.tokenizer import load_tokenizer, mask_token_of, pad_token_id_of
 from training.train import LossFunction, Runtime, TensorBatch, TrainingArguments, default_loss, set_seed, train
 
 logger = logging.getLogger(__name__)
@@ -110,6 +111,7 @@ class TaskContext:
     tokenizer: Tokenizer
     pad_token_id: int  # the tokenizer's pad token: what collate pads input_ids with
     device: torch.device
+    mask_token: str = "[MASK]"  # the tokenizer's mask token: what fill-mask masks with
 
 
 def _predict(
@@ -266,12 +268,14 @@ def _fill_mask(options: FinetuneOptions, context: TaskContext) -> TaskData:
     train_features = encode_text_lines(lines, tokenizer, options.max_length)
     # Each torchrun rank masks its own batches differently.
     rank = int(os.environ.get("RANK", "0"))
-    collator = MlmCollator(tokenizer, pad_token_id=context.pad_token_id, seed=options.training.seed + rank)
+    collator = MlmCollator(
+        tokenizer, pad_token_id=context.pad_token_id, seed=options.training.seed + rank, mask_token=context.mask_token
+    )
     evaluate = None
     if options.eval_file is not None:
         # Deterministic whole-word probes (contract.mask_probes): the masks /v1/fill-mask is scored on too.
         eval_lines = read_text_lines(options.eval_file, options.max_eval_samples)
-        masked_words = MaskedWordEvaluation.build(tokenizer, eval_lines, options.max_length)
+        masked_words = MaskedWordEvaluation.build(tokenizer, eval_lines, options.max_length, context.mask_token)
         if not masked_words.probes:
             raise DataError(
                 f"{options.eval_file}: no line of at most {options.max_length} tokens has a word to mask "
@@ -326,7 +330,9 @@ TASK_BUILDERS = {
 
 
 def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
-    load_config(options.base)  # fails fast, before any data is read, when --base is not a BERT checkpoint
+    model_type = model_type_of(options.base)  # fails fast, before any data is read, on a family not fine-tuned here
+    if model_type == "bert":
+        load_config(options.base)
     check_out_folder(options.out, options.overwrite)
     if options.relevance_head and options.task != "text-classification":
         raise DataError(f"--relevance-head is a text-classification head, not one for {options.task}")
@@ -340,15 +346,15 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
         pad_token_id = pad_token_id_of(tokenizer, options.base)
     except ValueError as error:
         raise CheckpointError(f"{options.base}: {error}") from None
-    context = TaskContext(tokenizer, pad_token_id, runtime.device)
+    context = TaskContext(tokenizer, pad_token_id, runtime.device, mask_token_of(tokenizer, options.base))
     task_data = TASK_BUILDERS[options.task](options, context)
     if not task_data.train_features:
         raise DataError(f"{options.train_file}: no training examples")
     if runtime.is_main:
         warn_if_few_steps(len(task_data.train_features), options.training, runtime.world_size)
-    model = load_model(
-        options.base, spec.architecture, random_init=options.random_init, fresh_top_layers=options.fresh_top_layers,
-        new_head=True, **task_data.config_overrides,
+    model = load_task_model(
+        options.base, model_type, options.task, random_init=options.random_init,
+        fresh_top_layers=options.fresh_top_layers, **task_data.config_overrides,
     )  # fmt: skip
     distillation: dict[str, Any] = {}
     if options.distill is not None:  # after the student's head is drawn: loading teachers draws random weights too
@@ -369,9 +375,7 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
             f"{sum(p.numel() for p in model.parameters()):,}",
         )
 
-    def save(trained: nn.Module, folder: Path) -> None:
-        save_model(trained, folder, tokenizer)
-
+    save = full_saver(model_type, options.base, tokenizer)
     report = train(
         model,
         task_data.train_features,

@@ -49,11 +49,16 @@ class MlmCollator:
     """Pads a batch and masks it afresh each time (dynamic masking, as RoBERTa and HF's collator do)."""
 
     def __init__(
-        self, tokenizer: Tokenizer, pad_token_id: int | None = None, mlm_probability: float = 0.15, seed: int = 0
+        self,
+        tokenizer: Tokenizer,
+        pad_token_id: int | None = None,
+        mlm_probability: float = 0.15,
+        seed: int = 0,
+        mask_token: str = "[MASK]",
     ):
-        mask_id = tokenizer.token_to_id("[MASK]")
+        mask_id = tokenizer.token_to_id(mask_token)
         if mask_id is None:
-            raise DataError("tokenizer has no [MASK] token")
+            raise DataError(f"tokenizer has no {mask_token} token")
         self.mask_token_id = mask_id
         self.vocab_size = tokenizer.get_vocab_size()
         if pad_token_id is None:  # the tokenizer's own [PAD]

@@ -136,6 +136,13 @@ def pad_token_id_of(tokenizer: Tokenizer, folder: str | Path | None = None) -> i
     return token_id(tokenizer, token_text(settings.get("pad_token"), SPECIAL_TOKEN_DEFAULTS["pad_token"]))
 
 
+def mask_token_of(tokenizer: Tokenizer, folder: str | Path | None = None) -> str:
+    """The mask token ``folder``'s tokenizer settings name (``<mask>`` for RoBERTa-style vocabularies), else [MASK]."""
+    settings = tokenizer_settings(folder) if folder is not None else {}
+    token = token_text(settings.get("mask_token"), SPECIAL_TOKEN_DEFAULTS["mask_token"])
+    return token if tokenizer.token_to_id(token) is not None else SPECIAL_TOKEN_DEFAULTS["mask_token"]
+
+
 def _normalizer_settings(tokenizer: Tokenizer, do_lower_case: bool) -> dict[str, Any]:
     """The BertNormalizer's own settings: transformers rebuilds the normalizer when the config disagrees with it."""
     normalizer = tokenizer.normalizer
