@@ -138,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     finetune = commands.add_parser(
         "finetune",
-        help="fine-tune a BERT checkpoint for one of the four serving tasks",
-        description="Fine-tune a BERT checkpoint folder (Hugging Face layout) for a task and keep the best epoch.\n"
+        help="fine-tune a BERT-family checkpoint for one of the four serving tasks (in full or with LoRA)",
+        description="Fine-tune a checkpoint folder (Hugging Face layout) of BERT, DistilBERT, RoBERTa, XLM-RoBERTa, "
+        "CamemBERT, ELECTRA, ALBERT, DeBERTa-v2/v3, MPNet or ModernBERT for a task and keep the best epoch.\n"
         "The --train / --eval file formats of each task are listed under 'data formats' at the end of this help.",
         formatter_class=DefaultsShown,
         epilog="data formats:\n"
@@ -151,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  fill-mask             plain text, one passage per line (continued MLM training)",
     )
     finetune.add_argument("--task", required=True, choices=FINETUNE_TASKS, help="the head to train")
-    finetune.add_argument("--base", type=Path, required=True, help="BERT checkpoint folder to start from")
+    finetune.add_argument("--base", type=Path, required=True, help="checkpoint folder to start from (any family above)")
     finetune.add_argument(
         "--train", type=Path, required=True, help="training data file (its format: 'data formats' at the end)"
     )
@@ -211,6 +212,19 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     distill.add_argument("--distill-alpha", type=float, default=0.5, help="weight of the gold-label loss")
     distill.add_argument("--distill-temperature", type=float, default=2.0, help="softmax temperature of both sides")
+    lora = finetune.add_argument_group("LoRA (peft: low-rank adapters on the encoder, the head trained in full)")
+    lora.add_argument("--lora-rank", type=int, default=0, help="adapter rank; 0: full fine-tuning")
+    lora.add_argument("--lora-alpha", type=int, help="LoRA scaling numerator (default: twice the rank)")
+    lora.add_argument(
+        "--lora-targets",
+        help="comma-separated names of the linear layers to adapt (default: the family's query and value "
+        "projections: query,value; DistilBERT q_lin,v_lin; DeBERTa query_proj,value_proj; MPNet q,v; ModernBERT Wqkv)",
+    )
+    lora.add_argument("--lora-dropout", type=float, default=0.0, help="dropout on the adapters' input")
+    lora.add_argument(
+        "--lora-merge", action="store_true",
+        help="save the adapters merged into a full checkpoint in --out (the adapter folder in --out/adapter)",
+    )  # fmt: skip
     _add_training_arguments(finetune, TrainingArguments(learning_rate=5e-5, batch_size=32))
     return parser
 
@@ -235,6 +249,7 @@ def _training_arguments(args: argparse.Namespace, **extra: object) -> TrainingAr
 def _run(args: argparse.Namespace) -> dict:
     from training.distill import DistillOptions
     from training.finetune import FinetuneOptions, finetune
+    from training.lora import LoraOptions
     from training.pretrain import PretrainOptions, pretrain
 
     if args.command == "pretrain-eval":
@@ -271,6 +286,10 @@ def _run(args: argparse.Namespace) -> dict:
             distill=(
                 DistillOptions(tuple(args.teacher), args.distill_alpha, args.distill_temperature)
                 if args.teacher else None
+            ),
+            lora=LoraOptions(
+                rank=args.lora_rank, alpha=args.lora_alpha, dropout=args.lora_dropout, merge=args.lora_merge,
+                targets=tuple(t.strip() for t in args.lora_targets.split(",")) if args.lora_targets else None,
             ),
             training=_training_arguments(args, epochs=args.epochs, max_steps=args.max_steps),
         )  # fmt: skip

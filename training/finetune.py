@@ -47,6 +47,7 @@ from training.distill import (
 )
 from training.evaluation import AnswerEvaluation, MaskedWordEvaluation, Predict, WordLabelEvaluation
 from training.families import full_saver, load_task_model, model_type_of
+from training.lora import LoraOptions, apply_lora, save_lora
 from training.metrics import classification_metrics, entity_metrics, squad_metrics
 from training.pretrain import masked_lm_training_loss
 from training.pretrain_data import MlmCollator
@@ -91,6 +92,7 @@ class FinetuneOptions:
     fresh_top_layers: int = 0
     overwrite: bool = False
     distill: DistillOptions | None = None
+    lora: LoraOptions = field(default_factory=LoraOptions)
     training: TrainingArguments = field(default_factory=TrainingArguments)
 
 
@@ -376,8 +378,12 @@ def finetune(options: FinetuneOptions, runtime: Runtime) -> dict[str, Any]:
         )
 
     save = full_saver(model_type, options.base, tokenizer)
+    trained: nn.Module = model
+    if options.lora.rank:
+        trained = apply_lora(model, options.lora, model_type)
+        save = partial(save_lora, options=options.lora, save_full=save, base=options.base)
     report = train(
-        model,
+        trained,
         task_data.train_features,
         task_data.collate_fn,
         options.training,
