@@ -155,7 +155,8 @@ def create_app(
         max_body_readers=settings.max_body_readers,
         max_body_buffer_bytes=settings.max_body_buffer_bytes,
     )
-    app.add_middleware(FileUploadEntry, settings=settings, runner=batch_runner, declared=posted[FILES_PATH])
+    if batch_runner is not None:  # with the Batch API off the declared route answers uploads (404, saying so)
+        app.add_middleware(FileUploadEntry, settings=settings, runner=batch_runner, declared=posted[FILES_PATH])
     open_paths = None
     if settings.api_keys:
         app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, protect_metrics=settings.protect_metrics)

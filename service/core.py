@@ -140,9 +140,12 @@ class Permits:
         self.limit = limit
         self.held = 0
 
+    def refusal(self) -> Overloaded:
+        return Overloaded(f"{self.limit} requests in flight already (max_concurrent_requests)")
+
     def take(self) -> None:
         if self.held >= self.limit:
-            raise Overloaded(f"{self.limit} requests in flight already (max_concurrent_requests)")
+            raise self.refusal()
         self.held += 1
 
     def give(self) -> None:

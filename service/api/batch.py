@@ -110,7 +110,7 @@ UPLOAD_ERRORS = error_responses(BadRequest, NotFound, PayloadTooLarge, Unsupport
 async def create_file() -> None:
     """Upload a batch input file (multipart: ``file``, JSONL with one request a line, and ``purpose=batch``); at most
     ``batch_max_file_bytes`` and ``batch_max_file_lines`` requests, within ``batch_max_stored_bytes`` in all."""
-    raise ServiceError("POST /v1/files is answered by service.api.batch.FileUploadEntry")
+    raise batch_api_off()  # reached only with the Batch API off: with it on, FileUploadEntry answers uploads
 
 
 @router.get(FILES_PATH, response_model=FileList, responses=error_responses(NotFound, ResourceNotFound, InvalidRequest))
