@@ -31,7 +31,7 @@ from contract.mask_probes import MaskProbe, mask_probes, plain_tokenizer
 from contract.word_decoding import WordWindows, encode_word_lists, label_words, window_stride
 from training.data import IGNORE_INDEX, DataError, Feature
 from training.metrics import MlmAccumulator
-from training.squad import SquadExample
+from training.squad import SquadExample, pair_template
 
 # (model, features) -> per-feature outputs with per-token outputs cut to the feature's length
 Predict = Callable[[nn.Module, Sequence[Feature]], list[dict[str, torch.Tensor]]]
@@ -96,6 +96,8 @@ class AnswerEvaluation:
         pairs = [(example.question, example.context) for example in examples]
         max_seq_len, stride = resolve_window(max_length, max_length, doc_stride)
         cls_id = tokenizer.token_to_id("[CLS]")
+        if cls_id is None:
+            cls_id = pair_template(tokenizer)[0][0]
         try:
             check_room_for_context(tokenizer, pairs, max_seq_len, stride)
             windower = windowing_tokenizer(tokenizer, max_seq_len, stride, "only_second")

@@ -84,6 +84,21 @@ def _answer_token_span(offsets: Sequence[tuple[int, int]], start_char: int, end_
     return (covering[0], covering[-1]) if covering else None
 
 
+def pair_template(tokenizer: Tokenizer) -> tuple[list[int], list[int], list[int], tuple[int, int]]:
+    """The special tokens the tokenizer puts before, between and after a pair, and the pair's two type ids."""
+    encoding = tokenizer.encode("a", "b")
+    sequences = encoding.sequence_ids
+    first = [i for i, sequence in enumerate(sequences) if sequence == 0]
+    second = [i for i, sequence in enumerate(sequences) if sequence == 1]
+    if not first or not second:
+        raise DataError("the tokenizer does not encode text pairs (no pair template)")
+    ids = encoding.ids
+    prefix, middle, suffix = ids[: first[0]], ids[first[-1] + 1 : second[0]], ids[second[-1] + 1 :]
+    if not prefix:
+        raise DataError("the tokenizer's pair template starts with no special token (the no-answer position)")
+    return prefix, middle, suffix, (encoding.type_ids[first[0]], encoding.type_ids[second[0]])
+
+
 def window_examples(
     examples: Sequence[SquadExample],
     tokenizer: Tokenizer,
@@ -91,16 +106,15 @@ def window_examples(
     doc_stride: int = 128,
     max_query_length: int = 64,
 ) -> list[SquadWindow]:
-    """[CLS] question [SEP] context-window [SEP]; start/end positions point at [CLS] when the answer is outside."""
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    if cls_id is None or sep_id is None:
-        raise DataError("tokenizer has no [CLS] or [SEP] token")
+    """The tokenizer's pair template around question and context window ([CLS] q [SEP] c [SEP] for BERT, <s> q </s></s>
+    c </s> for RoBERTa); start/end positions point at the first special token when the answer is outside."""
+    prefix, middle, suffix, (question_type, context_type) = pair_template(tokenizer)
     questions = tokenizer.encode_batch([e.question for e in examples], add_special_tokens=False)
     contexts = tokenizer.encode_batch([e.context for e in examples], add_special_tokens=False)
     windows: list[SquadWindow] = []
     for example_index, (example, question, context) in enumerate(zip(examples, questions, contexts, strict=True)):
         question_ids = question.ids[:max_query_length]
-        room = max_length - len(question_ids) - 3
+        room = max_length - len(question_ids) - len(prefix) - len(middle) - len(suffix)
         if room <= doc_stride:
             raise DataError(
                 f"--max-length {max_length} leaves {room} context tokens per window, not more than "
@@ -113,16 +127,16 @@ def window_examples(
         window_start = 0
         while True:
             window_ids = context.ids[window_start : window_start + room]
-            prefix = len(question_ids) + 2
-            input_ids = [cls_id, *question_ids, sep_id, *window_ids, sep_id]
-            token_type_ids = [0] * prefix + [1] * (len(window_ids) + 1)
-            offsets: list[tuple[int, int] | None] = [None] * prefix
-            offsets += [*context.offsets[window_start : window_start + len(window_ids)], None]
+            before = len(prefix) + len(question_ids) + len(middle)
+            input_ids = [*prefix, *question_ids, *middle, *window_ids, *suffix]
+            token_type_ids = [question_type] * before + [context_type] * (len(window_ids) + len(suffix))
+            offsets: list[tuple[int, int] | None] = [None] * before
+            offsets += [*context.offsets[window_start : window_start + len(window_ids)], *([None] * len(suffix))]
             start_position = end_position = 0
             window_end = window_start + len(window_ids) - 1
             if answer_span is not None and answer_span[0] >= window_start and answer_span[1] <= window_end:
-                start_position = answer_span[0] - window_start + prefix
-                end_position = answer_span[1] - window_start + prefix
+                start_position = answer_span[0] - window_start + before
+                end_position = answer_span[1] - window_start + before
             feature = {
                 "input_ids": input_ids,
                 "token_type_ids": token_type_ids,
@@ -134,4 +148,3 @@ def window_examples(
                 break
             window_start += room - doc_stride
     return windows
-

