@@ -77,15 +77,21 @@ def podman(*args: str, check: bool = True, env: dict[str, str] | None = None) ->
     return done.stdout.strip()
 
 
+GRPC_PORT_OFFSET = 1000  # a played Deployment's grpc port is published on its http host port + this
+
+
 def render(deployment: dict[str, Any], name: str, host_port: int) -> dict[str, Any]:
-    """The Deployment under ``name``, one replica, with its http port published on 127.0.0.1:``host_port``."""
+    """The Deployment under ``name``, one replica, with its http port published on 127.0.0.1:``host_port`` and its
+    grpc port (kube play publishes every container port) on 127.0.0.1:``host_port`` + GRPC_PORT_OFFSET, so an old
+    and a new Deployment played side by side take different host ports."""
     rendered = copy.deepcopy(deployment)
     rendered["metadata"]["name"] = name
     rendered["spec"]["replicas"] = 1
     container = rendered["spec"]["template"]["spec"]["containers"][0]
     for port in container["ports"]:
-        if port["name"] == "http":
-            port["hostPort"] = host_port
+        published = {"http": host_port, "grpc": host_port + GRPC_PORT_OFFSET}.get(port["name"])
+        if published is not None:
+            port["hostPort"] = published
             port["hostIP"] = "127.0.0.1"
     return rendered
 

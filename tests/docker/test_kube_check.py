@@ -35,11 +35,14 @@ def test_render_changes_only_name_replicas_and_host_port(kube_check: ModuleType)
     rendered = kube_check.render(deployment, "bertserve-next", 18081)
 
     assert rendered["metadata"]["name"] == "bertserve-next" and rendered["spec"]["replicas"] == 1
-    port = rendered["spec"]["template"]["spec"]["containers"][0]["ports"][0]
-    assert (port["hostPort"], port["hostIP"], port["containerPort"]) == (18081, "127.0.0.1", 8000)
+    http_port, grpc_port = rendered["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert (http_port["hostPort"], http_port["hostIP"], http_port["containerPort"]) == (18081, "127.0.0.1", 8000)
+    assert (grpc_port["hostPort"], grpc_port["hostIP"], grpc_port["containerPort"]) == (19081, "127.0.0.1", 8001)
     expected = copy.deepcopy(deployment)
     expected["metadata"]["name"], expected["spec"]["replicas"] = "bertserve-next", 1
-    expected["spec"]["template"]["spec"]["containers"][0]["ports"][0].update(hostPort=18081, hostIP="127.0.0.1")
+    ports = expected["spec"]["template"]["spec"]["containers"][0]["ports"]
+    ports[0].update(hostPort=18081, hostIP="127.0.0.1")
+    ports[1].update(hostPort=19081, hostIP="127.0.0.1")
     assert rendered == expected
     assert deployment["spec"]["replicas"] == 2, "the manifest itself is left as written"
 
