@@ -15,12 +15,10 @@ files, and the first fine-tune merged and exported as a plain bundle. Then, side
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,7 +28,7 @@ from benchmarks import loadgen, servers
 from benchmarks.datasets import REPO_ROOT
 from benchmarks.loads import load_inputs
 from benchmarks.overload_client import rss_bytes
-from benchmarks.report import load_average, write_report
+from benchmarks.report import load_average, load_parser, tree_commit, write_report
 
 log = logging.getLogger("benchmarks.adapters")
 WORK = REPO_ROOT / "benchmarks" / "scratch" / "adapters"
@@ -91,15 +89,11 @@ def serve(name: str, bundle: Path) -> tuple[list[str], int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = load_parser(__doc__, rounds=3)
     parser.add_argument("--adapters", type=int, default=8)
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--duration", type=float, default=10.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     models = make_models(args.adapters, args.rank)
     at_start = os.getloadavg()
     adapter_bytes = sum(path.stat().st_size for path in (models["lora"] / "adapters").glob("*.onnx_adapter"))
@@ -127,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 (f"{args.adapters} adapters, mixed", lora, mixed_bodies),
             ):
                 url = f"{server.base_url}/v1/text-classification"
-                loadgen.run_wrk(url, bodies, args.concurrency, 2)
+                loadgen.run_wrk(url, bodies, args.concurrency, args.warmup)
                 result = loadgen.run_wrk(url, bodies, args.concurrency, args.duration)
                 if result.errors:
                     raise RuntimeError(f"{label}: {result.errors} errors ({result.error_detail})")
@@ -140,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "adapter_file_bytes": adapter_bytes // args.adapters, "rss_bytes": memory,
         "rss_per_adapter_bytes": round(per_adapter), "speeds": speeds, "adapters_vs_merged": round(ratio, 3),
         "load_avg": load_average(at_start),
-        "tree": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "tree": tree_commit(),
     }  # fmt: skip
     file_bytes = max(1, adapter_bytes // args.adapters)
     file_mb = file_bytes / 1e6

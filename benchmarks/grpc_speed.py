@@ -35,7 +35,7 @@ from typing import Any
 from benchmarks import servers
 from benchmarks.datasets import REPO_ROOT
 from benchmarks.loads import load_inputs
-from benchmarks.report import load_average, write_report
+from benchmarks.report import load_average, load_parser, tree_commit, write_report
 
 log = logging.getLogger("benchmarks.grpc_speed")
 LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "grpc-logs"
@@ -173,15 +173,10 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = load_parser(__doc__, rounds=2)
     parser.add_argument("--model", action="append", required=True, help="NAME=BUNDLE (an SST-2 classifier)")
     parser.add_argument("--concurrency", default="1,32,128", type=lambda text: [int(c) for c in text.split(",")])
-    parser.add_argument("--duration", type=float, default=10.0)
-    parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     text = median_sentence()
     at_start = os.getloadavg()
     points = []
@@ -189,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         name, _, path = spec.partition("=")
         points += measure(args, name, Path(path), text)
     report = {
-        "tree": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "tree": tree_commit(),
         "sentence_chars": len(text), "rounds": args.rounds, "duration_s": args.duration,
         "load_avg": load_average(at_start), "points": points,
         "finished": time.strftime("%Y-%m-%d %H:%M"),

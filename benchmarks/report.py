@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -24,6 +26,22 @@ RAW_KEYS = {CHUNK_SORTED: "raw", GLOBAL_SORTED: "raw_global"}  # how ratios name
 def load_average(at_start: tuple[float, float, float]) -> dict[str, list[float]]:
     """The load average at a run's start (read then) and now, at its end: a run says what else was running."""
     return {"start": [round(v, 2) for v in at_start], "end": [round(v, 2) for v in os.getloadavg()]}
+
+
+def load_parser(doc: str | None, rounds: int, duration_s: float = 10.0) -> argparse.ArgumentParser:
+    """The options every interleaved load benchmark takes: --duration, --warmup, --rounds, --out (its own added)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=duration_s, help="seconds of load per point")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of load before each point")
+    parser.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds; each figure is the median")
+    parser.add_argument("--out", type=Path, required=True, help="the report's path without .json / .md")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    return parser
+
+
+def tree_commit() -> str:
+    """The short commit of the tree the benchmark runs from (what its report names)."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
 def write_report(out: Path, figures: dict[str, Any], text: str) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from benchmarks import loadgen, servers
 from benchmarks.datasets import REPO_ROOT
 from benchmarks.loads import bertserve_loads
-from benchmarks.report import load_average, write_report
+from benchmarks.report import load_average, load_parser, tree_commit, write_report
 
 log = logging.getLogger("benchmarks.tracing_cost")
 LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "tracing-logs"
@@ -90,15 +90,10 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = load_parser(__doc__, rounds=3)
     parser.add_argument("--model", action="append", required=True, help="NAME=BUNDLE (an SST-2 classifier)")
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--duration", type=float, default=10.0)
-    parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     at_start = os.getloadavg()
     sink_port = servers.free_port()
     sink = subprocess.Popen([sys.executable, "-c", SINK, str(sink_port)])
@@ -111,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         sink.terminate()
         sink.wait(timeout=10)
     report = {
-        "tree": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "tree": tree_commit(),
         "concurrency": args.concurrency, "rounds": args.rounds, "duration_s": args.duration,
         "load_avg": load_average(at_start), "points": points, "finished": time.strftime("%Y-%m-%d %H:%M"),
     }  # fmt: skip

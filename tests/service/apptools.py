@@ -6,7 +6,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -113,6 +113,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_until_ready(url: str, timeout_s: float, alive: Callable[[], None] = lambda: None) -> None:
+    """Poll ``url``/health/ready until it answers 200; ``alive`` raises if the server has gone meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive()
+        try:
+            if httpx.get(f"{url}/health/ready").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the server never became ready"
+        time.sleep(0.05)
+
+
 @contextmanager
 def real_server(settings: Settings, ready_timeout_s: float = 30.0) -> Iterator[str]:
     """A real uvicorn server (in a thread) on ``settings.port``; yields its base URL once /health/ready answers 200."""
@@ -124,16 +138,8 @@ def real_server(settings: Settings, ready_timeout_s: float = 30.0) -> Iterator[s
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{settings.port}"
-    deadline = time.monotonic() + ready_timeout_s
     try:
-        while True:
-            try:
-                if httpx.get(f"{url}/health/ready").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server never became ready"
-            time.sleep(0.05)
+        wait_until_ready(url, ready_timeout_s)
         yield url
     finally:
         server.should_exit = True

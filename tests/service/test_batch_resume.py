@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.service.apptools import free_port
+from tests.service.apptools import free_port, wait_until_ready
 from tests.service.tiny_models import TinyModel
 
 pytestmark = pytest.mark.timeout(300)
@@ -36,17 +36,12 @@ def service_process(bundle: Path, data_dir: Path, port: int) -> Iterator[subproc
     ]  # fmt: skip
     env = {**os.environ, "ORT_DISABLE_TELEMETRY": "1"}
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def alive() -> None:
+        assert process.poll() is None, process.stderr.read().decode() if process.stderr else "exited"
+
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.stderr.read().decode() if process.stderr else "exited"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health/ready").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the service never became ready"
-            time.sleep(0.1)
+        wait_until_ready(f"http://127.0.0.1:{port}", 60, alive)
         yield process
     finally:
         if process.poll() is None:
