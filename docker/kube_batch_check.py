@@ -13,13 +13,11 @@ Everything it makes (pods, volumes, the image's `bertserve:latest` tag) is remov
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -27,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kube_check import LIMITS_CONF, Checks, container_of, models_volume, played, podman
+from kube_check import LIMITS_CONF, Checks, check_main, container_of, models_volume, played, podman
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = ROOT / "docker" / "k8s" / "batch"
@@ -145,18 +143,7 @@ def run_checks(checks: Checks, models_dir: Path, image: str, workdir: Path) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("models", type=Path, help="folder of bundles (make demo)")
-    parser.add_argument("--image", default="localhost/bertserve:check", help="the serving image to run")
-    args = parser.parse_args(argv)
-    checks = Checks()
-    with tempfile.TemporaryDirectory(prefix="bertserve-kube-batch-") as workdir:
-        try:
-            run_checks(checks, args.models.resolve(), args.image, Path(workdir))
-        except (RuntimeError, OSError, KeyError, ValueError, StopIteration) as error:
-            checks.record(False, f"kube batch check stopped: {error}")
-    sys.stdout.write(checks.summary().replace("kube check summary", "kube batch check summary"))
-    return 1 if checks.failed else 0
+    return check_main(__doc__ or "", run_checks, "kube batch check", argv)
 
 
 if __name__ == "__main__":

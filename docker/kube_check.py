@@ -34,7 +34,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -376,19 +376,27 @@ def check_pod_settings(checks: Checks, name: str, container: dict[str, Any]) -> 
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def check_main(
+    doc: str, run: Callable[[Checks, Path, str, Path], None], name: str, argv: list[str] | None = None
+) -> int:
+    """A check's command line (MODELS [--image]): ``run`` records its checks, a failure that stops it is one more;
+    the summary is printed and the exit code says whether every check passed."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("models", type=Path, help="folder of bundles (make demo)")
     parser.add_argument("--image", default="localhost/bertserve:check", help="the serving image to run")
     args = parser.parse_args(argv)
     checks = Checks()
-    with tempfile.TemporaryDirectory(prefix="bertserve-kube-") as workdir:
+    with tempfile.TemporaryDirectory(prefix=f"bertserve-{name.replace(' ', '-')}-") as workdir:
         try:
-            run_checks(checks, args.models.resolve(), args.image, Path(workdir))
-        except (RuntimeError, OSError, KeyError, StopIteration) as error:
-            checks.record(False, f"kube check stopped: {error}")
-    sys.stdout.write(checks.summary())
+            run(checks, args.models.resolve(), args.image, Path(workdir))
+        except (RuntimeError, OSError, KeyError, ValueError, StopIteration) as error:
+            checks.record(False, f"{name} stopped: {error}")
+    sys.stdout.write(checks.summary().replace("kube check summary", f"{name} summary"))
     return 1 if checks.failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return check_main(__doc__ or "", run_checks, "kube check", argv)
 
 
 if __name__ == "__main__":
