@@ -186,6 +186,7 @@ def guard(core: ServiceCore, name: str, method: Handler) -> Handler:
     access_log = core.settings.access_log
     tracing = core.tracing
     latency = core.metrics.request_seconds.labels(path)
+    counters: dict[grpc.StatusCode, Any] = {}  # a metric's child per status, looked up once (labels() takes a lock)
 
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
@@ -220,7 +221,10 @@ def guard(core: ServiceCore, name: str, method: Handler) -> Handler:
         finally:
             ACCESS_RECORD.reset(opened)
             elapsed = time.perf_counter() - started
-            core.metrics.requests.labels(path, code.name).inc()
+            counter = counters.get(code)
+            if counter is None:
+                counter = counters[code] = core.metrics.requests.labels(path, code.name)
+            counter.inc()
             latency.observe(elapsed)
             if span is not None and tracing is not None:
                 tracing.end(span, record, {"rpc.grpc.status_code": code.value[0]}, error=code in SERVER_ERRORS)
