@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import loadgen, servers
-from benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import SCRATCH_DIR
 from benchmarks.loads import bertserve_loads, bertserve_path
 from benchmarks.report import load_average, write_report
 
 log = logging.getLogger("benchmarks.ab")
-LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "ab-logs"
+LOG_DIR = SCRATCH_DIR / "ab-logs"
 
 
 def text_tensor(name: str, texts: list[str]) -> dict[str, Any]:

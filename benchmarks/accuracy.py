@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import accuracy_report, pretraining, served_scores
-from benchmarks.datasets import REPO_ROOT, read_conll, read_rte, read_squad, read_sst2, shared_data_dir
+from benchmarks.datasets import REPO_ROOT, RESULTS_DIR, read_conll, read_rte, read_squad, read_sst2, shared_data_dir
 from benchmarks.derived_data import GENERATED_DATA, wikitext_split, write_if_changed
 from benchmarks.overload_loads import bundle_tokenizer
 from benchmarks.servers import OFFLINE_ENV, bertserve_command, free_port, running
@@ -34,7 +34,7 @@ from benchmarks.training_runs import RUNS, device_name, load_average
 from contract.mask_probes import mask_probes
 
 log = logging.getLogger("benchmarks.accuracy")
-RESULTS = REPO_ROOT / "benchmarks" / "results" / "accuracy.json"
+RESULTS = RESULTS_DIR / "accuracy.json"
 PRECISIONS = {"fp32": "none", "int8": "int8"}
 CALIBRATION_ROWS = 256  # training rows whose windows calibrate a static int8 export
 

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
 from benchmarks.served_scores import PUBLISHED
 
 log = logging.getLogger(__name__)
@@ -26,23 +27,21 @@ def trained_scale(task: str) -> float:
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    lines = [
-        "| task | metric | precision | served value | target | trained (best epoch, training's own eval) | "
-        "train wall | load avg (train start / end) |",
-        "| --- | --- | --- | ---: | ---: | --- | ---: | --- |",
-    ]
+    cells = []
     for row in rows:
         best = row.get("trained_best") or {}
         scale = trained_scale(row["task"])
         trained = ", ".join(f"{key} {scale * value:.2f}" for key, value in best.items() if key in TRAINED_METRICS)
         load = row.get("load_avg", {})
-        target = f"{row['target']:.1f}" if row.get("target") is not None else "reported"
-        lines.append(
-            f"| {row['task']} | {row['metric']} | {row['precision']} | **{row['value']:.2f}** | {target} | "
-            f"{trained} (epoch {best.get('epoch', '?')}) | {row['wall_s'] / 60:.1f} min | "
-            f"{load.get('train_start', '?')} / {load.get('train_end', '?')} |"
-        )
-    return lines
+        cells.append((
+            row["task"], row["metric"], row["precision"], f"**{row['value']:.2f}**",
+            f"{row['target']:.1f}" if row.get("target") is not None else "reported",
+            f"{trained} (epoch {best.get('epoch', '?')})", f"{row['wall_s'] / 60:.1f} min",
+            f"{load.get('train_start', '?')} / {load.get('train_end', '?')}",
+        ))  # fmt: skip
+    columns = ("task", "metric", "precision", "served value:", "target:", "trained (best epoch, training's own eval)",
+               "train wall:", "load avg (train start / end)")  # fmt: skip
+    return report.table(columns, cells)
 
 
 def pretraining_section(rows: list[dict[str, Any]]) -> list[str]:

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import loadgen, servers
-from benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import SCRATCH_DIR
 from benchmarks.loads import load_inputs
 from benchmarks.overload_client import rss_bytes
 from benchmarks.report import load_average, load_parser, tree_commit, write_report
 
 log = logging.getLogger("benchmarks.adapters")
-WORK = REPO_ROOT / "benchmarks" / "scratch" / "adapters"
+WORK = SCRATCH_DIR / "adapters"
 SETTLE_S = 20.0  # past the service's first malloc_trim (service.core.TRIM_EVERY_S): the heap it keeps, not warm-up's
 
 

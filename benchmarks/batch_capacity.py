@@ -30,12 +30,12 @@ from typing import Any
 import httpx
 
 from benchmarks import loadgen, raw_ort, servers
-from benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import REPO_ROOT, SCRATCH_DIR
 from benchmarks.loads import bertserve_loads, load_inputs
 from benchmarks.report import load_average, write_report
 
 log = logging.getLogger("benchmarks.batch_capacity")
-SCRATCH = REPO_ROOT / "benchmarks" / "scratch" / "batch-capacity"
+SCRATCH = SCRATCH_DIR / "batch-capacity"
 ROUTE = "/v1/text-classification"
 MODEL = "sst2"
 P99_TARGET, THROUGHPUT_TARGET = 1.2, 0.9
@@ -224,7 +224,7 @@ def remeasure_raw(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.batch_capacity", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bundle", type=Path, default=REPO_ROOT / "benchmarks" / "scratch" / "ab-sst2-fp32")
+    parser.add_argument("--bundle", type=Path, default=SCRATCH_DIR / "ab-sst2-fp32")
     parser.add_argument("--lines", type=int, default=3488, help="lines of the idle throughput batch")
     parser.add_argument("--big-lines", type=int, default=30000, help="lines of the batch that runs beside wrk")
     parser.add_argument("--concurrency", type=int, default=8)

@@ -41,7 +41,7 @@ import httpx
 
 from benchmarks import raw_ort, servers
 from benchmarks.big_models_report import markdown
-from benchmarks.datasets import DATA_DIR_ENV, REPO_ROOT, DataDirNotFound
+from benchmarks.datasets import DATA_DIR_ENV, REPO_ROOT, RESULTS_DIR, SCRATCH_DIR, DataDirNotFound
 from benchmarks.gpu_torch import timed
 from benchmarks.overload_client import Tally, closed_loop, percentile, rss_bytes, wait_idle
 from benchmarks.overload_loads import FALLBACK_TEXTS, bundle_tokenizer, texts_of_tokens, wikitext_text
@@ -49,8 +49,8 @@ from benchmarks.random_bert import SIZES, ensure_checkpoint, export
 from model_export.family_checkpoints import BASE_SIZES
 
 log = logging.getLogger("benchmarks.big_models")
-RESULTS_PREFIX = REPO_ROOT / "benchmarks" / "results" / "big_models"
-WORK_DIR = REPO_ROOT / "benchmarks" / "scratch" / "big_models"
+RESULTS_PREFIX = RESULTS_DIR / "big_models"
+WORK_DIR = SCRATCH_DIR / "big_models"
 TASK = "text-classification"
 ROUTE = "/v1/text-classification"
 SERVED_NAME = "big"

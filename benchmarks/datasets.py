@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # where the benchmarks run commands and keep runs/, not the data
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"  # what a benchmark commits
+SCRATCH_DIR = REPO_ROOT / "benchmarks" / "scratch"  # what it builds and logs (ignored by git)
 DATA_DIR_ENV = "BERTSERVE_EVAL_DATA"
 DEFAULT_DATA_SUBDIR = Path("shared") / "data"
 

@@ -18,14 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import RESULTS_DIR
 from model_export.export import ExportError, export_bundle
 from model_export.families import FAMILIES
 from model_export.family_checkpoints import KITS, build_family_checkpoint
 
 log = logging.getLogger("benchmarks.family_table")
 TASKS = ("text-classification", "token-classification", "question-answering", "fill-mask", "feature-extraction")
-OUT = REPO_ROOT / "benchmarks" / "results" / "families"
+OUT = RESULTS_DIR / "families"
 
 
 def measure_cell(model_type: str, task: str, work: Path) -> dict[str, Any]:

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import servers
-from benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import SCRATCH_DIR
 from benchmarks.loads import load_inputs
-from benchmarks.report import load_average, load_parser, tree_commit, write_report
+from benchmarks.report import load_average, load_parser, page, table, tree_commit, write_report
 
 log = logging.getLogger("benchmarks.grpc_speed")
-LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "grpc-logs"
+LOG_DIR = SCRATCH_DIR / "grpc-logs"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 PROTOCOLS = ("v1", "v2", "grpc")
 
@@ -147,34 +147,32 @@ def measure(args: argparse.Namespace, name: str, bundle: Path, text: str) -> lis
 
 
 def markdown(report: dict[str, Any]) -> str:
-    lines = [
-        "# The Open Inference Protocol over gRPC against REST v2 and v1",
-        "",
-        f"Tree {report['tree']}; one sentence per request ({report['sentence_chars']} characters, SST-2 dev median); "
-        f"h2load, c connections x 1 in flight; {report['rounds']} rounds x {report['duration_s']:g} s per point "
-        f"(median); load average at start {report['load_avg']['start']}, at end {report['load_avg']['end']}.",
-        "",
-        "| model | c | protocol | req/s | p50 ms | p99 ms | server CPU ms/req | failed | vs v2 req/s | vs v1 req/s |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
     by_key = {(p["model"], p["concurrency"], p["protocol"]): p for p in report["points"]}
+    rows = []
     for point in report["points"]:
         v2 = by_key[(point["model"], point["concurrency"], "v2")]["requests_per_s"]
         v1 = by_key[(point["model"], point["concurrency"], "v1")]["requests_per_s"]
         failed = point["failed"]
         if point["protocol"] == "grpc" and point.get("grpc_ok_share", 1.0) < 1.0:
             failed = f"{failed} (OK share {point['grpc_ok_share']})"
-        lines.append(
-            f"| {point['model']} | {point['concurrency']} | {point['protocol']} | {point['requests_per_s']:.1f} "
-            f"| {point['p50_ms']:.2f} | {point['p99_ms']:.2f} | {point['cpu_ms_per_request']:.2f} | {failed} "
-            f"| {point['requests_per_s'] / v2:.2f}x | {point['requests_per_s'] / v1:.2f}x |"
-        )
-    return "\n".join(lines) + "\n"
+        rows.append((
+            point["model"], point["concurrency"], point["protocol"], f"{point['requests_per_s']:.1f}",
+            f"{point['p50_ms']:.2f}", f"{point['p99_ms']:.2f}", f"{point['cpu_ms_per_request']:.2f}", failed,
+            f"{point['requests_per_s'] / v2:.2f}x", f"{point['requests_per_s'] / v1:.2f}x",
+        ))  # fmt: skip
+    columns = ("model", "c:", "protocol", "req/s:", "p50 ms:", "p99 ms:", "server CPU ms/req:", "failed:",
+               "vs v2 req/s:", "vs v1 req/s:")  # fmt: skip
+    return page(
+        "The Open Inference Protocol over gRPC against REST v2 and v1",
+        f"Tree {report['tree']}; one sentence per request ({report['sentence_chars']} characters, SST-2 dev median); "
+        f"h2load, c connections x 1 in flight; {report['rounds']} rounds x {report['duration_s']:g} s per point "
+        f"(median); load average at start {report['load_avg']['start']}, at end {report['load_avg']['end']}.",
+        table(columns, rows),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = load_parser(__doc__, rounds=2)
-    parser.add_argument("--model", action="append", required=True, help="NAME=BUNDLE (an SST-2 classifier)")
+    parser = load_parser(__doc__, rounds=2, models="an SST-2 classifier")
     parser.add_argument("--concurrency", default="1,32,128", type=lambda text: [int(c) for c in text.split(",")])
     args = parser.parse_args(argv)
     text = median_sentence()

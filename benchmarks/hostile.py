@@ -39,15 +39,15 @@ from typing import Any
 
 from benchmarks import hostile_clients as clients
 from benchmarks import servers
-from benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import RESULTS_DIR, SCRATCH_DIR
 from benchmarks.hostile_report import good_summary, markdown, verdicts
 from benchmarks.overload import load_average
 from benchmarks.overload_client import rss_bytes
 from benchmarks.overload_loads import default_bundle
 
 log = logging.getLogger("benchmarks.hostile")
-RESULTS_PREFIX = REPO_ROOT / "benchmarks" / "results" / "hostile"
-LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "hostile-logs"
+RESULTS_PREFIX = RESULTS_DIR / "hostile"
+LOG_DIR = SCRATCH_DIR / "hostile-logs"
 HOST = "127.0.0.1"
 ROUTE = "/v1/text-classification"
 GOOD_TEXT = "A gripping, beautifully acted film that stays with you long after it ends."

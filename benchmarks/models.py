@@ -15,12 +15,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.datasets import REPO_ROOT, shared_data_dir
+from benchmarks.datasets import REPO_ROOT, SCRATCH_DIR, shared_data_dir
 from benchmarks.servers import OFFLINE_ENV
 
 log = logging.getLogger(__name__)
 RUNS_DIR = REPO_ROOT / "runs"
-BUNDLES_DIR = REPO_ROOT / "benchmarks" / "scratch" / "bundles"
+BUNDLES_DIR = SCRATCH_DIR / "bundles"
 QUANTIZATIONS = ("fp32", "int8")
 
 

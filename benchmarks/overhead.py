@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import loadgen, profile, raw_ort, servers
-from benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import REPO_ROOT, SCRATCH_DIR
 from benchmarks.loads import ROUTES, bertserve_loads, bertserve_path, load_inputs
 from benchmarks.report import load_average, write_report
 
 log = logging.getLogger("benchmarks.overhead")
-LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "overhead-logs"
+LOG_DIR = SCRATCH_DIR / "overhead-logs"
 
 # (stage, pattern on one py-spy frame "function (file:line)"): a sample goes to the first stage, in this order,
 # that matches a frame of its stack, searched from the innermost frame outwards.

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import servers
-from benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import RESULTS_DIR, SCRATCH_DIR
 from benchmarks.overload_client import closed_loop, open_loop, rss_bytes, wait_idle
 from benchmarks.overload_loads import (
     LOADS,
@@ -56,8 +56,8 @@ from benchmarks.overload_report import (
 )
 
 log = logging.getLogger("benchmarks.overload")
-RESULTS_PREFIX = REPO_ROOT / "benchmarks" / "results" / "overload-long"
-LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "overload-logs"
+RESULTS_PREFIX = RESULTS_DIR / "overload-long"
+LOG_DIR = SCRATCH_DIR / "overload-logs"
 DEFAULT_DEADLINE_S = 30.0  # service.settings' timeout_s default
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from benchmarks import datasets, random_bert
-from benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import REPO_ROOT, SCRATCH_DIR
 from benchmarks.models import BUNDLES_DIR, RUNS_DIR, base_checkpoint
 
 log = logging.getLogger(__name__)
@@ -256,7 +256,7 @@ def default_bundle(role: str) -> Path:
     if architecture == "BertModel":
         checkpoint = base_checkpoint()
     else:
-        checkpoint = REPO_ROOT / "benchmarks" / "scratch" / "checkpoints" / f"minilm-{role}"
+        checkpoint = SCRATCH_DIR / "checkpoints" / f"minilm-{role}"
         random_bert.ensure_checkpoint(checkpoint, None, architecture)
     random_bert.export(checkpoint, out, [*options, "--quiet"], BUNDLES_DIR / f"export-{out.name}.log")
     log.info("built %s (%s) for the %s role", out, task, role)

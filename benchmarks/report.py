@@ -9,6 +9,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,14 @@ def load_average(at_start: tuple[float, float, float]) -> dict[str, list[float]]
     return {"start": [round(v, 2) for v in at_start], "end": [round(v, 2) for v in os.getloadavg()]}
 
 
-def load_parser(doc: str | None, rounds: int, duration_s: float = 10.0) -> argparse.ArgumentParser:
-    """The options every interleaved load benchmark takes: --duration, --warmup, --rounds, --out (its own added)."""
+def load_parser(
+    doc: str | None, rounds: int, duration_s: float = 10.0, models: str | None = None
+) -> argparse.ArgumentParser:
+    """The options every interleaved load benchmark takes: --duration, --warmup, --rounds, --out (its own added);
+    with ``models`` (what a bundle must be), --model NAME=BUNDLE, once or more."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if models is not None:
+        parser.add_argument("--model", action="append", required=True, help=f"NAME=BUNDLE ({models})")
     parser.add_argument("--duration", type=float, default=duration_s, help="seconds of load per point")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of load before each point")
     parser.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds; each figure is the median")
@@ -42,6 +48,23 @@ def load_parser(doc: str | None, rounds: int, duration_s: float = 10.0) -> argpa
 def tree_commit() -> str:
     """The short commit of the tree the benchmark runs from (what its report names)."""
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """A markdown table's lines; a column named with a trailing ``:`` holds figures (right-aligned)."""
+    lines = [
+        "| " + " | ".join(column.removesuffix(":") for column in columns) + " |",
+        "| " + " | ".join("---:" if column.endswith(":") else "---" for column in columns) + " |",
+    ]
+    return lines + ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+
+
+def page(title: str, intro: str, *blocks: list[str]) -> str:
+    """A report's markdown: its title, one paragraph on how it was measured, then its blocks (tables) apart."""
+    lines = [f"# {title}", "", intro]
+    for block in blocks:
+        lines += ["", *block]
+    return "\n".join(lines) + "\n"
 
 
 def write_report(out: Path, figures: dict[str, Any], text: str) -> None:

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import loadgen, servers
-from benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import SCRATCH_DIR
 from benchmarks.loads import bertserve_loads
-from benchmarks.report import load_average, load_parser, tree_commit, write_report
+from benchmarks.report import load_average, load_parser, page, table, tree_commit, write_report
 
 log = logging.getLogger("benchmarks.tracing_cost")
-LOG_DIR = REPO_ROOT / "benchmarks" / "scratch" / "tracing-logs"
+LOG_DIR = SCRATCH_DIR / "tracing-logs"
 SINK = """
 import http.server, sys
 class Sink(http.server.BaseHTTPRequestHandler):
@@ -70,28 +70,22 @@ def measure(args: argparse.Namespace, name: str, bundle: Path, sink_port: int) -
 
 
 def markdown(report: dict[str, Any]) -> str:
-    lines = [
-        "# What tracing costs (OpenTelemetry, OTLP/HTTP to a local sink)",
-        "",
+    rows = [
+        (point["model"], point["configuration"], f"{point['requests_per_s']:.1f}", f"{point['vs_off']:.3f}x",
+         ", ".join(f"{value:.1f}" for value in point["rounds"]))
+        for point in report["points"]
+    ]  # fmt: skip
+    return page(
+        "What tracing costs (OpenTelemetry, OTLP/HTTP to a local sink)",
         f"Tree {report['tree']}; wrk c={report['concurrency']}, one SST-2 dev sentence per request, "
         f"{report['rounds']} rounds x {report['duration_s']:g} s per configuration, interleaved (median); load "
         f"average at start {report['load_avg']['start']}, at end {report['load_avg']['end']}.",
-        "",
-        "| model | tracing | req/s | vs off | rounds |",
-        "| --- | --- | ---: | ---: | --- |",
-    ]
-    for point in report["points"]:
-        rounds = ", ".join(f"{value:.1f}" for value in point["rounds"])
-        lines.append(
-            f"| {point['model']} | {point['configuration']} | {point['requests_per_s']:.1f} | {point['vs_off']:.3f}x "
-            f"| {rounds} |"
-        )
-    return "\n".join(lines) + "\n"
+        table(("model", "tracing", "req/s:", "vs off:", "rounds"), rows),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = load_parser(__doc__, rounds=3)
-    parser.add_argument("--model", action="append", required=True, help="NAME=BUNDLE (an SST-2 classifier)")
+    parser = load_parser(__doc__, rounds=3, models="an SST-2 classifier")
     parser.add_argument("--concurrency", type=int, default=32)
     args = parser.parse_args(argv)
     at_start = os.getloadavg()

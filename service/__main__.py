@@ -20,8 +20,8 @@ import uvicorn
 from pydantic import ValidationError
 
 from contract.bundle import BundleError
-from service.access_log import JsonFormatter
 from service.flags import settings_from_args
+from service.metrics import JsonFormatter
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
-        access_log=False,  # the service writes its own line per request (service.access_log)
+        access_log=False,  # the service writes its own line per request (service.metrics)
         log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
         timeout_graceful_shutdown=drain_seconds(settings),
         http=bounded_headers_protocol(settings.max_header_bytes),

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from service.access_log import RequestRecord
 from service.errors import NotReady, Overloaded, PayloadTooLarge, RequestTimeout, ServiceError
+from service.metrics import RequestRecord
 from service.settings import Settings
 from service.tasks.base import ModelRow
 from service.tracing import queue_spans

@@ -24,10 +24,10 @@ from tokenizers import Encoding
 
 from contract.bundle import Bundle, BundleError, read_bundle
 from contract.tasks import task_spec
-from service.access_log import ACCESS_RECORD
 from service.batcher import Batcher, BatchPolicy, RowOutputs
 from service.device import CPU, Device, DeviceUnavailable, resolve_device
 from service.errors import BadRequest, NotReady, PayloadTooLarge, RequestTimeout
+from service.metrics import ACCESS_RECORD
 from service.prepare_stage import (
     MAX_TOKENS_PER_CHAR,
     Stage,

@@ -12,11 +12,10 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.access_log import ACCESS_RECORD, RequestRecord, log_access
 from service.api.entry import body_too_large, header, replaying, send_error
 from service.core import Permits, key_authorised
 from service.errors import BodyTimeout, Overloaded, ServiceError, Unauthorized
-from service.metrics import ServiceMetrics
+from service.metrics import ACCESS_RECORD, RequestRecord, ServiceMetrics, log_access
 from service.tracing import Tracing
 
 TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})  # W3C trace context: what a span continues
@@ -48,7 +47,7 @@ class MetricsMiddleware:
     ) -> None:
         self.app = app
         self.metrics = metrics
-        self.access_log = access_log  # one console line per request (service.access_log)
+        self.access_log = access_log  # one console line per request (service.metrics)
         self.tracing = tracing  # a server span per request (service.tracing), when configured
         self.known_paths = known_paths  # labels requests answered before routing (e.g. 413) by their path
         self._labelled: dict[tuple[str, int], tuple[Any, Any]] = {}  # (route template, status) -> its metrics

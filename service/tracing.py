@@ -11,7 +11,7 @@ Each request gets a server span, continuing the caller's W3C ``traceparent`` (HT
 when it is sampled, a child span per stage it went through: ``read body``, ``admission`` (waiting for the prepare
 threads' ledger), ``tokenize``, ``queue wait``, ``batch run`` (one per batch that ran its rows: the batch's rows,
 padded tokens and model seconds) and ``post-process``. The stages write their times into the request's record
-(``service.access_log.RequestRecord.spans``) as they pass; the children are made from them when the request ends,
+(``service.metrics.RequestRecord.spans``) as they pass; the children are made from them when the request ends,
 so nothing on the request path calls OpenTelemetry. The access line carries the trace id.
 """
 
@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from service.access_log import RequestRecord
+from service.metrics import RequestRecord
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

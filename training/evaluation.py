@@ -18,15 +18,7 @@ import torch
 from tokenizers import Encoding, Tokenizer
 from torch import nn
 
-from contract.decoding import (
-    DecodeInputError,
-    QAWindows,
-    check_room_for_context,
-    decode_qa_answers,
-    encode_question_contexts,
-    resolve_window,
-    windowing_tokenizer,
-)
+from contract import decoding
 from contract.mask_probes import MaskProbe, mask_probes, plain_tokenizer
 from contract.word_decoding import WordWindows, encode_word_lists, label_words, window_stride
 from training.data import IGNORE_INDEX, DataError, Feature
@@ -59,10 +51,10 @@ class WordLabelEvaluation:
 
     @classmethod
     def build(cls, tokenizer: Tokenizer, word_lists: Sequence[Sequence[str]], max_length: int) -> WordLabelEvaluation:
-        windower = windowing_tokenizer(tokenizer, max_length, window_stride(tokenizer, max_length))
+        windower = decoding.windowing_tokenizer(tokenizer, max_length, window_stride(tokenizer, max_length))
         try:
             encoded = encode_word_lists(windower, word_lists)
-        except DecodeInputError as error:
+        except decoding.DecodeInputError as error:
             raise DataError(f"evaluation sentences: {error}") from error
         return cls(encoded, window_features([window for item in encoded for window in item.windows]))
 
@@ -79,7 +71,7 @@ class AnswerEvaluation:
     """SQuAD questions -> answer texts, as ``/v1/question-answering`` answers them."""
 
     examples: list[SquadExample]
-    encoded: list[QAWindows]
+    encoded: list[decoding.QAWindows]
     features: list[Feature]
     max_answer_len: int
     handle_impossible_answer: bool
@@ -94,15 +86,15 @@ class AnswerEvaluation:
         max_answer_len: int,
     ) -> AnswerEvaluation:
         pairs = [(example.question, example.context) for example in examples]
-        max_seq_len, stride = resolve_window(max_length, max_length, doc_stride)
+        max_seq_len, stride = decoding.resolve_window(max_length, max_length, doc_stride)
         cls_id = tokenizer.token_to_id("[CLS]")
         if cls_id is None:
             cls_id = pair_template(tokenizer)[0][0]
         try:
-            check_room_for_context(tokenizer, pairs, max_seq_len, stride)
-            windower = windowing_tokenizer(tokenizer, max_seq_len, stride, "only_second")
-            encoded = encode_question_contexts(windower, pairs, cls_id)
-        except DecodeInputError as error:
+            decoding.check_room_for_context(tokenizer, pairs, max_seq_len, stride)
+            windower = decoding.windowing_tokenizer(tokenizer, max_seq_len, stride, "only_second")
+            encoded = decoding.encode_question_contexts(windower, pairs, cls_id)
+        except decoding.DecodeInputError as error:
             raise DataError(f"evaluation questions: {error}") from error
         features = window_features([window for item in encoded for window in item.windows])
         impossible = any(example.is_impossible for example in examples)
@@ -112,7 +104,7 @@ class AnswerEvaluation:
         outputs = _per_item([len(item.windows) for item in self.encoded], predict(model, self.features))
         predictions = {}
         for example, item, rows in zip(self.examples, self.encoded, outputs, strict=True):
-            answers = decode_qa_answers(
+            answers = decoding.decode_qa_answers(
                 item, [out["start_logits"] for out in rows], [out["end_logits"] for out in rows],
                 top_k=1, max_answer_len=self.max_answer_len, handle_impossible_answer=self.handle_impossible_answer,
             )  # fmt: skip

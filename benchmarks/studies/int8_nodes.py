@@ -24,13 +24,13 @@ from typing import Any
 import onnx
 
 from benchmarks import served_scores
-from benchmarks.datasets import REPO_ROOT, read_squad, read_sst2
+from benchmarks.datasets import SCRATCH_DIR, read_squad, read_sst2
 from benchmarks.servers import bertserve_command, free_port, running
 from contract.bundle import file_sha256
 from model_export.optimize import FFN_OUTPUT, _quantize_dynamic
 
 log = logging.getLogger("benchmarks.studies.int8_nodes")
-WORK = REPO_ROOT / "benchmarks" / "scratch" / "int8-nodes"
+WORK = SCRATCH_DIR / "int8-nodes"
 
 
 def variants(names: list[str], layers: int) -> dict[str, list[str]]:

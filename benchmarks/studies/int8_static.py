@@ -20,14 +20,14 @@ from typing import Any
 
 import onnx
 
-from benchmarks.datasets import REPO_ROOT, read_rte, read_sst2
+from benchmarks.datasets import SCRATCH_DIR, read_rte, read_sst2
 from contract.bundle import read_bundle
 from model_export import optimize
 from model_export.calibration import WindowReader, quantize_int8_static
 from model_export.task_eval import EvalModel, predict, row_windows, score
 
 log = logging.getLogger("benchmarks.studies.int8_static")
-WORK = REPO_ROOT / "benchmarks" / "scratch" / "int8-static"
+WORK = SCRATCH_DIR / "int8-static"
 
 
 def text_rows(task: str, split: str) -> list[dict[str, Any]]:

@@ -34,13 +34,13 @@ from typing import Any
 import httpx
 
 from benchmarks import datasets, servers
-from benchmarks.datasets import REPO_ROOT
+from benchmarks.datasets import REPO_ROOT, SCRATCH_DIR
 from benchmarks.loads import RERANK_DOCUMENTS, RERANK_MAX_LENGTH, RerankGroup, fitting_rte_rows, rerank_groups
 from benchmarks.models import BUNDLES_DIR, RUNS_DIR, relevance_checkpoint
 
 log = logging.getLogger("zero_shot_report")
 RESULTS_DIR = Path(__file__).parents[1] / "results"  # benchmarks/results
-LOGS_DIR = REPO_ROOT / "benchmarks" / "scratch" / "logs"
+LOGS_DIR = SCRATCH_DIR / "logs"
 DEFAULT_CHECKPOINT = REPO_ROOT / "runs" / "accuracy" / "rte"
 REQUEST_INPUTS = 16
 CLIENT_THREADS = 2

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 
@@ -41,20 +43,29 @@ def assets_folder() -> Path:
     return Path(str(files("fastapi_offline") / "static"))
 
 
-@router.get(DOCS_URL)
-async def swagger_ui(request: Request) -> HTMLResponse:
+def _page(request: Request, render: Callable[..., HTMLResponse], name: str, **assets: str) -> HTMLResponse:
+    """One of the docs pages under the app's root path, its assets named relative to ``ASSETS_URL``."""
     root = request.scope.get("root_path", "")
-    page = get_swagger_ui_html(
+    page = render(
         openapi_url=f"{root}{request.app.openapi_url}",
-        title=f"{request.app.title} - Swagger UI",
-        swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
-        swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
-        swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
-        oauth2_redirect_url=f"{root}{OAUTH2_REDIRECT_URL}",
-        swagger_ui_parameters=SWAGGER_UI_PARAMETERS,
+        title=f"{request.app.title} - {name}",
+        **{key: f"{root}{ASSETS_URL}/{asset}" for key, asset in assets.items()},
     )
     page.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     return page
+
+
+@router.get(DOCS_URL)
+async def swagger_ui(request: Request) -> HTMLResponse:
+    render = functools.partial(
+        get_swagger_ui_html,
+        oauth2_redirect_url=f"{request.scope.get('root_path', '')}{OAUTH2_REDIRECT_URL}",
+        swagger_ui_parameters=SWAGGER_UI_PARAMETERS,
+    )
+    return _page(
+        request, render, "Swagger UI",
+        swagger_js_url="swagger-ui-bundle.js", swagger_css_url="swagger-ui.css", swagger_favicon_url="favicon.png",
+    )  # fmt: skip
 
 
 @router.get(OAUTH2_REDIRECT_URL)
@@ -64,16 +75,8 @@ async def swagger_ui_oauth2_redirect() -> HTMLResponse:
 
 @router.get(REDOC_URL)
 async def redoc(request: Request) -> HTMLResponse:
-    root = request.scope.get("root_path", "")
-    page = get_redoc_html(
-        openapi_url=f"{root}{request.app.openapi_url}",
-        title=f"{request.app.title} - ReDoc",
-        redoc_js_url=f"{root}{ASSETS_URL}/redoc.standalone.js",
-        redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
-        with_google_fonts=False,
-    )
-    page.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
-    return page
+    render = functools.partial(get_redoc_html, with_google_fonts=False)
+    return _page(request, render, "ReDoc", redoc_js_url="redoc.standalone.js", redoc_favicon_url="favicon.png")
 
 
 @router.get(ASSETS_URL + "/{name}")

@@ -22,10 +22,10 @@ from typing import Any
 
 import grpc
 
-from service.access_log import ACCESS_RECORD, RequestRecord, log_access
 from service.core import InferenceRequest, ServiceCore, key_authorised, run_inference
 from service.errors import BadRequest, ModelNotFound, Overloaded, RequestTimeout, ServiceError, Unauthorized
 from service.grpc.protocol import MESSAGES, SERVICE, method_handlers
+from service.metrics import ACCESS_RECORD, RequestRecord, log_access
 from service.oip.codec import EXTENSIONS, bytes_elements, shaped
 from service.oip.models import (
     SERVER_NAME,

@@ -291,6 +291,11 @@ def one_row_per_text(ctx: ModelContext, texts: list[str], truncate: bool, direct
             lambda index, tokens: f"input {index} is {tokens} tokens long; the model takes at most "
             f"{ctx.max_length} (truncate: true cuts it)",
         )  # fmt: skip
+    return one_row_each(encodings)
+
+
+def one_row_each(encodings: list[Encoding]) -> list[Prepared]:
+    """Each input one model row, with nothing kept for post-processing."""
     return [Prepared(sequences=[to_sequence(encoding)], state=None) for encoding in encodings]
 
 

@@ -92,7 +92,7 @@ class RerankHandler:
                 lambda index, tokens: f"document {index} with the query is {tokens} tokens; the model takes at most "
                 f"{ctx.max_length} (truncate: true cuts the document)",
             )  # fmt: skip
-        return [Prepared(sequences=[base.to_sequence(encoding)], state=None) for encoding in encodings]
+        return base.one_row_each(encodings)
 
     def postprocess(
         self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: RerankParams

@@ -100,7 +100,7 @@ class TextClassificationHandler:
                 f'{ctx.max_length}: send "truncation": true to cut it, or "long_text": "chunk" to classify it in '
                 "windows",
             )  # fmt: skip
-        return [Prepared(sequences=[base.to_sequence(encoding)], state=None) for encoding in encodings]
+        return base.one_row_each(encodings)
 
     def postprocess(
         self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: ClassificationParams

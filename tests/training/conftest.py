@@ -10,6 +10,14 @@ import pytest
 import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
+
+def written(folder: Path, name: str, text: str) -> Path:
+    """``folder / name`` holding ``text``: a small data file a test builds."""
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
 TINY_CORPUS = [
     "the quick brown fox jumps over the lazy dog.",
     "Peter Blackburn visited Brussels on Monday. The European Commission said so.",

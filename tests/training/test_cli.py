@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.training.conftest import TINY_CORPUS
+from tests.training.conftest import TINY_CORPUS, written
 from training.checkpoint import load_model
 from training.cli import main
 from training.tokenizer import load_tokenizer, save_tokenizer
@@ -143,17 +143,15 @@ def test_pretrain_reports_both_losses_and_saves_a_pretraining_checkpoint(tmp_pat
 
 
 def _bad_cases(tmp_path: Path, base: Path, data: dict[str, Path]) -> list[tuple[list[str], str]]:
-    missing_column = tmp_path / "nolabel.tsv"
-    missing_column.write_text("sentence\tscore\nfine\t1\n")
-    unknown_label = tmp_path / "unknown.tsv"
-    unknown_label.write_text("sentence\tlabel\nfine\t7\n")
-    empty = tmp_path / "empty.tsv"
-    empty.write_text("")
+    missing_column = written(tmp_path, "nolabel.tsv", "sentence\tscore\nfine\t1\n")
+    unknown_label = written(tmp_path, "unknown.tsv", "sentence\tlabel\nfine\t7\n")
+    empty = written(tmp_path, "empty.tsv", "")
     not_bert = tmp_path / "not-bert"
     not_bert.mkdir()
     (not_bert / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
-    small = tmp_path / "small.txt"
-    small.write_text("One sentence here. And a second one.\nAnother document. With two sentences.\n")
+    small = written(
+        tmp_path, "small.txt", "One sentence here. And a second one.\nAnother document. With two sentences.\n"
+    )
     classify = ["finetune", "--task", "text-classification", "--base", str(base), "--out", str(tmp_path / "o")]
     return [
         ([*classify, "--train", str(missing_column)], str(missing_column)),

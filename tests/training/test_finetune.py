@@ -10,7 +10,7 @@ import torch
 from tokenizers import Tokenizer, models
 
 from contract.tasks import FINETUNE_TASKS, task_spec
-from tests.training.conftest import TINY_BERT_CONFIG
+from tests.training.conftest import TINY_BERT_CONFIG, written
 from training.checkpoint import CheckpointError
 from training.cli import build_parser
 from training.data import IGNORE_INDEX
@@ -68,12 +68,11 @@ def options_for(task: str, train_file: Path, tmp_path: Path) -> FinetuneOptions:
 
 def test_task_collators_pad_with_the_tokenizers_pad_id(tiny_wordpiece: Tokenizer, tmp_path: Path) -> None:
     context = TaskContext(tiny_wordpiece, PAD_ID, torch.device("cpu"))
-    sst = tmp_path / "train.tsv"
-    sst.write_text("sentence\tlabel\nthe quick brown fox jumps over the lazy dog\t1\na great movie\t0\n")
-    conll = tmp_path / "train.txt"
-    conll.write_text("Peter B-PER\nBlackburn I-PER\nvisited O\nBrussels B-LOC\n\nthe O\nfox O\n")
-    lines = tmp_path / "train-lines.txt"
-    lines.write_text("the quick brown fox jumps over the lazy dog.\na great movie.\n")
+    sst = written(
+        tmp_path, "train.tsv", "sentence\tlabel\nthe quick brown fox jumps over the lazy dog\t1\na great movie\t0\n"
+    )
+    conll = written(tmp_path, "train.txt", "Peter B-PER\nBlackburn I-PER\nvisited O\nBrussels B-LOC\n\nthe O\nfox O\n")
+    lines = written(tmp_path, "train-lines.txt", "the quick brown fox jumps over the lazy dog.\na great movie.\n")
     for task, train_file in (("text-classification", sst), ("token-classification", conll), ("fill-mask", lines)):
         data = TASK_BUILDERS[task](options_for(task, train_file, tmp_path), context)
         batch = data.collate_fn(data.train_features[:2])

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from service.access_log import JsonFormatter
+from service.metrics import JsonFormatter
 from service.settings import Settings
 from tests.service.apptools import ready_app_client
 from tests.service.tiny_models import TinyModel
