@@ -29,10 +29,9 @@ from typing import Any
 import numpy as np
 
 from service.errors import NotReady, Overloaded, PayloadTooLarge, RequestTimeout, ServiceError
-from service.metrics import RequestRecord
 from service.settings import Settings
 from service.tasks.base import ModelRow
-from service.tracing import queue_spans
+from service.tracing import RequestRecord, queue_spans
 
 RowOutputs = dict[str, np.ndarray]
 

@@ -27,7 +27,6 @@ from contract.tasks import task_spec
 from service.batcher import Batcher, BatchPolicy, RowOutputs
 from service.device import CPU, Device, DeviceUnavailable, resolve_device
 from service.errors import BadRequest, NotReady, PayloadTooLarge, RequestTimeout
-from service.metrics import ACCESS_RECORD
 from service.prepare_stage import (
     MAX_TOKENS_PER_CHAR,
     Stage,
@@ -42,6 +41,7 @@ from service.settings import Settings
 from service.supervision import WorkerPool
 from service.tasks import BY_TASK, HANDLERS, unit_of
 from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler, TaskUnit
+from service.tracing import ACCESS_RECORD
 from service.tuning import BatchingChoice, tune_runner
 
 logger = logging.getLogger(__name__)

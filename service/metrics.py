@@ -5,8 +5,8 @@ The access line: one console line per request (``--access-log``, on by default),
 
 The line says what a request was and what it cost, never what it carried: method, path, status, the model that
 answered, how many inputs, model rows and tokens it brought, how long its rows waited in the queue and ran in the
-model, and its total time. The HTTP layer (``service.middleware.MetricsMiddleware``) opens a ``RequestRecord`` for
-each request in ``ACCESS_RECORD`` (a context variable: the request's own task sees it), the engine and the batcher
+model, and its total time. The HTTP layer (``service.middleware.MetricsMiddleware``) opens a
+``service.tracing.RequestRecord`` for each request in ``service.tracing.ACCESS_RECORD``, the engine and the batcher
 fill it in as the request passes, and the layer writes the line when the answer has gone.
 
     POST /v1/text-classification 200 model=sst2 inputs=2 rows=2 tokens=14 queue_ms=0.3 model_ms=4.9 total_ms=7.2
@@ -20,8 +20,6 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -32,6 +30,7 @@ from service.settings import TUNED_SETTINGS
 if TYPE_CHECKING:
     from service.engine import Engine
     from service.runtime import BatchStats
+    from service.tracing import RequestRecord
     from service.tuning import BatchingChoice
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -201,25 +200,6 @@ class EngineCollector:
 
 
 ACCESS_LOGGER = logging.getLogger("bertserve.access")
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    """What a request's line says beyond its HTTP facts (None or 0: it did not get that far)."""
-
-    model: str | None = None
-    inputs: int = 0
-    rows: int = 0
-    tokens: int = 0
-    queue_ms: float | None = None  # its rows' longest wait between queued and their batch being cut
-    model_ms: float | None = None  # the model time of the batches that ran its rows
-    # When the request is traced (service.tracing): its trace id, and each stage it went through as
-    # (name, start, end in perf_counter seconds, attributes), made into child spans when it ends.
-    trace_id: str | None = None
-    spans: list[tuple[str, float, float, dict[str, Any]]] | None = None
-
-
-ACCESS_RECORD: ContextVar[RequestRecord | None] = ContextVar("bertserve_access_record", default=None)
 
 
 def access_fields(method: str, path: str, status: int | str, total_s: float, record: RequestRecord) -> dict[str, Any]:

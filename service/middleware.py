@@ -15,8 +15,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.api.entry import body_too_large, header, replaying, send_error
 from service.core import Permits, key_authorised
 from service.errors import BodyTimeout, Overloaded, ServiceError, Unauthorized
-from service.metrics import ACCESS_RECORD, RequestRecord, ServiceMetrics, log_access
-from service.tracing import Tracing
+from service.metrics import ServiceMetrics, log_access
+from service.tracing import ACCESS_RECORD, RequestRecord, Tracing
 
 TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})  # W3C trace context: what a span continues
 # Paths an API key never guards: the health probes, the service's own and the Open Inference Protocol's.

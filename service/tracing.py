@@ -11,8 +11,9 @@ Each request gets a server span, continuing the caller's W3C ``traceparent`` (HT
 when it is sampled, a child span per stage it went through: ``read body``, ``admission`` (waiting for the prepare
 threads' ledger), ``tokenize``, ``queue wait``, ``batch run`` (one per batch that ran its rows: the batch's rows,
 padded tokens and model seconds) and ``post-process``. The stages write their times into the request's record
-(``service.metrics.RequestRecord.spans``) as they pass; the children are made from them when the request ends,
-so nothing on the request path calls OpenTelemetry. The access line carries the trace id.
+(``RequestRecord.spans``) as they pass; the children are made from them when the request ends,
+so nothing on the request path calls OpenTelemetry. The access line carries the trace id. The record lives in
+``ACCESS_RECORD`` while the request runs (a context variable: the request's own task sees it).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from service.metrics import RequestRecord
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -32,6 +33,26 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 EXPORTERS = ("otlp", "console")
 INSTALL = "pip install 'bertserve[tracing]'"
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What a request's access line (``service.metrics.log_access``) and its trace say beyond its HTTP facts (None
+    or 0: it did not get that far)."""
+
+    model: str | None = None
+    inputs: int = 0
+    rows: int = 0
+    tokens: int = 0
+    queue_ms: float | None = None  # its rows' longest wait between queued and their batch being cut
+    model_ms: float | None = None  # the model time of the batches that ran its rows
+    # When the request is traced: its trace id, and each stage it went through as
+    # (name, start, end in perf_counter seconds, attributes), made into child spans when it ends.
+    trace_id: str | None = None
+    spans: list[tuple[str, float, float, dict[str, Any]]] | None = None
+
+
+ACCESS_RECORD: ContextVar[RequestRecord | None] = ContextVar("bertserve_access_record", default=None)
 
 
 def wanted() -> bool:

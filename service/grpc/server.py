@@ -25,7 +25,7 @@ import grpc
 from service.core import InferenceRequest, ServiceCore, key_authorised, run_inference
 from service.errors import BadRequest, ModelNotFound, Overloaded, RequestTimeout, ServiceError, Unauthorized
 from service.grpc.protocol import MESSAGES, SERVICE, method_handlers
-from service.metrics import ACCESS_RECORD, RequestRecord, log_access
+from service.metrics import log_access
 from service.oip.codec import EXTENSIONS, bytes_elements, shaped
 from service.oip.models import (
     SERVER_NAME,
@@ -41,6 +41,7 @@ from service.oip.models import (
 )
 from service.repository import READY
 from service.tasks import LAYOUTS
+from service.tracing import ACCESS_RECORD, RequestRecord
 
 logger = logging.getLogger(__name__)
 # What OpenTelemetry's gRPC conventions count as a server span's error
