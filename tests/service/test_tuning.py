@@ -6,6 +6,7 @@ Nothing here depends on how fast anything ran: the tuner's picks are checked aga
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import shutil
@@ -168,3 +169,32 @@ def test_a_failing_concurrent_run_ends_tuning_instead_of_hanging_it() -> None:
     candidates = {"intra_op_threads": [1], "max_batch_tokens": [128], "max_batch_size": [1], "parallel_runs": [1, 2]}
     with pytest.raises(RuntimeError, match="session failed"):
         tuner.tune(candidates, FailsOffTheMainThread(0.001), threads=1)
+
+
+class ThreadedRunner(SlowRunner):
+    """``row_s / threads`` per row: its threads split a batch's work; with ``serial``, runs on it take turns (as if
+    each took every core)."""
+
+    turns = threading.Lock()
+
+    def __init__(self, row_s: float, threads: int, serial: bool) -> None:
+        super().__init__(row_s / threads)
+        self.threads, self.serial = threads, serial
+
+    def run(self, batch):  # type: ignore[no-untyped-def]
+        with self.turns if self.serial else contextlib.nullcontext():
+            return super().run(batch)
+
+
+@pytest.mark.parametrize("serial", [False, True])
+def test_parallel_runs_split_the_threads_and_win_ties_with_fewer_threads_each(serial: bool) -> None:
+    tuner = Tuner(lambda threads: ThreadedRunner(0.004, threads, serial), 101, 102, 1000, 128, budget_s=0.5)
+    candidates = {"intra_op_threads": [1, 2], "max_batch_tokens": [128], "max_batch_size": [1], "parallel_runs": [1, 2]}
+    choice, runner = tuner.tune(candidates, ThreadedRunner(0.004, 2, serial), threads=2)
+    rates = choice.tokens_per_second
+    assert rates["intra_op_threads"][2] > 1.5 * rates["intra_op_threads"][1]  # alone, two threads are faster
+    if serial:  # two one-thread runs at once gain nothing: one run on both threads
+        assert (choice.intra_op_threads, choice.parallel_runs, runner.threads) == (2, 1, 2)
+    else:  # two one-thread runs at once do as much as one two-thread run: the runs keep a thread each
+        assert rates["parallel_runs"][2] > 0.9 * rates["parallel_runs"][1]
+        assert (choice.intra_op_threads, choice.parallel_runs, runner.threads) == (1, 2, 1)
