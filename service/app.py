@@ -7,9 +7,11 @@ workers stopped).
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -38,6 +40,14 @@ from service.oip import HEADER_LENGTH
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
+# The service makes its own spans and metrics (service.tracing, service.metrics). FastAPI's native OpenTelemetry (from
+# 0.16x) would add a second span per request wherever a global tracer provider is set, and asks for the global
+# providers on every request to find out; it is turned off where this FastAPI has it.
+OWN_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
 
 API_DESCRIPTION = """Pipeline-exact answers for fine-tuned BERT models (ONNX Runtime, token-budget batching).
 
@@ -126,6 +136,7 @@ def create_app(
         generate_unique_id_function=operation_id,
         docs_url=None,  # /docs and /redoc come from service.api.docs, with their assets served locally
         redoc_url=None,
+        **OWN_TELEMETRY,
     )
     app.state.core = core
     app.state.settings = settings

@@ -167,3 +167,19 @@ def test_without_otel_settings_nothing_is_configured(
             assert answer.status_code == 200
 
     asyncio.run(main())
+
+
+def test_fastapis_own_telemetry_stays_off_where_a_global_tracer_provider_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under auto-instrumentation (a global tracer provider) FastAPI's native telemetry would add a second server span
+    to every request beside the service's own."""
+    telemetry = pytest.importorskip("fastapi.telemetry._asgi")
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from service.app import create_app
+
+    monkeypatch.setattr(telemetry.trace, "get_tracer_provider", lambda: TracerProvider())
+    plain = telemetry.NativeTelemetry({**create_app(Settings(port=free_port()))._telemetry, "tracing": True})
+    assert plain.enabled()  # FastAPI's default would trace here
+    assert not create_app(Settings(port=free_port()))._native_telemetry.enabled()
