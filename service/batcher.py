@@ -10,6 +10,9 @@ would not finish within ``ADMIT_WITHIN`` of its deadline is refused before any m
 ``Retry-After`` of the queue's excess, or 413 when it alone needs more than that. Rows of cancelled, timed-out or
 failed requests, and rows whose deadline passed while queued, are dropped before they reach the model.
 
+Background rows (a batch job's, ``spare=True``) wait in a queue of their own, outside admission and deadlines: a
+worker takes them only when no online row is queued, so they run on what online traffic leaves.
+
 A request's rows in flight (``PendingRequest``), the queued rows (``WorkItem``) and the batches cut from them
 (``WorkBatch``) are defined here too. ``choose_rows`` picks which queued rows form one batch: a run of neighbouring
 lengths that fits the padded-token budget and does not lose efficiency to padding.
@@ -190,6 +193,7 @@ class Batcher:
         self.policy = policy
         self.name = name
         self._queue: list[WorkItem] = []
+        self._spare: list[WorkItem] = []  # background rows: batched only while _queue is empty
         self._lock = threading.Lock()
         # Idle workers by number, each waiting on its own condition of the one lock: new rows wake the lowest
         # number, so a lone request always goes to worker 0.
@@ -220,12 +224,17 @@ class Batcher:
         """One worker's measured model time per real token (None until a large enough batch ran)."""
         return self._seconds_per_token
 
-    def submit(self, sequences: list[ModelRow], timeout_s: float | None = None, traced: bool = False) -> PendingRequest:
+    def submit(
+        self, sequences: list[ModelRow], timeout_s: float | None = None, traced: bool = False, spare: bool = False
+    ) -> PendingRequest:
         """Queue one request's rows (on the event loop). Refuses work that cannot end in time: PayloadTooLarge
         when the request alone cannot, Overloaded when the queue ahead of it is too long or too many rows.
-        ``traced``: the request keeps the times of the batches that ran its rows."""
+        ``traced``: the request keeps the times of the batches that ran its rows. ``spare``: background rows, with
+        no deadline, run when no online row waits."""
         loop = asyncio.get_running_loop()
         now = time.perf_counter()
+        if spare:
+            timeout_s = None
         deadline = math.inf if timeout_s is None else now + timeout_s
         request = PendingRequest(loop, loop.create_future(), [None] * len(sequences), len(sequences), deadline)
         if traced:
@@ -245,6 +254,13 @@ class Batcher:
                 raise NotReady(f"model {self.name} is shutting down")
             if self._suspended is not None:
                 raise NotReady(self._suspended.message)
+            if spare:
+                if len(self._spare) + len(items) > self.policy.max_queue:
+                    raise Overloaded(f"model {self.name} has {len(self._spare)} background rows queued", 1)
+                self._spare.extend(items)
+                if self._idle:
+                    self._wake_lowest_locked()
+                return request
             if len(self._queue) + len(items) > self.policy.max_queue:
                 self._purge_locked(now, force=True)
                 if len(self._queue) + len(items) > self.policy.max_queue:
@@ -301,13 +317,17 @@ class Batcher:
         return ahead + own > budget
 
     async def run(
-        self, sequences: list[ModelRow], timeout_s: float | None = None, record: RequestRecord | None = None
+        self,
+        sequences: list[ModelRow],
+        timeout_s: float | None = None,
+        record: RequestRecord | None = None,
+        spare: bool = False,
     ) -> list[RowOutputs]:
         """Submit rows and wait for their outputs; a cancelled caller's rows never reach the model. ``record``: the
-        request's access line, given its rows, tokens, queue and model time."""
+        request's access line, given its rows, tokens, queue and model time; ``spare``: background rows."""
         spans = record.spans if record is not None else None
         submitted = time.perf_counter() if spans is not None else 0.0
-        request = self.submit(sequences, timeout_s, traced=spans is not None)
+        request = self.submit(sequences, timeout_s, traced=spans is not None, spare=spare)
         try:
             outputs = await request.future
             if record is not None:
@@ -333,6 +353,11 @@ class Batcher:
         with self._lock:
             while True:
                 if not self._queue:
+                    if self._spare:
+                        if (batch := self._take_batch_locked(spare=True)) is not None:
+                            self._wake_if_rows_left_locked()
+                            return batch
+                        continue
                     if self._closed:
                         return None
                     self._wait_locked(worker, None)
@@ -343,8 +368,7 @@ class Batcher:
                     continue
                 batch = self._take_batch_locked()
                 if batch is not None:
-                    if self._queue and self._idle:  # rows left for another worker: wake one
-                        self._wake_lowest_locked()
+                    self._wake_if_rows_left_locked()
                     return batch
 
     def complete(self, batch: WorkBatch, rows: list[RowOutputs], elapsed_s: float) -> None:
@@ -404,9 +428,9 @@ class Batcher:
         """Stop accepting rows. Without ``drain``, queued requests fail with ``error`` (default NotReady)."""
         with self._lock:
             self._closed = True
-            if not drain and self._queue:
-                self.fail(WorkBatch(self._queue), error or NotReady(f"model {self.name} stopped"))
-                self._queue = []
+            if not drain and (self._queue or self._spare):
+                self.fail(WorkBatch(self._queue + self._spare), error or NotReady(f"model {self.name} stopped"))
+                self._queue, self._spare = [], []
                 self._queued_tokens = 0
             for _, waiting in self._idle:
                 waiting.notify()
@@ -415,9 +439,9 @@ class Batcher:
         """The model has no live worker: fail what is queued with ``error`` and refuse new rows until ``resume``."""
         with self._lock:
             self._suspended = error
-            if self._queue:
-                self.fail(WorkBatch(self._queue), error)
-                self._queue = []
+            if self._queue or self._spare:
+                self.fail(WorkBatch(self._queue + self._spare), error)
+                self._queue, self._spare = [], []
                 self._queued_tokens = 0
 
     def resume(self) -> None:
@@ -428,6 +452,10 @@ class Batcher:
     def _call_on(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
         with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting any more
             loop.call_soon_threadsafe(callback, *args)
+
+    def _wake_if_rows_left_locked(self) -> None:
+        if (self._queue or self._spare) and self._idle:  # rows left for another worker: wake one
+            self._wake_lowest_locked()
 
     def _wake_lowest_locked(self) -> None:
         min(self._idle, key=_worker_number)[1].notify()
@@ -451,8 +479,9 @@ class Batcher:
             return
         self._last_purge = now
         live = [item for item in self._queue if item.request.live]
-        self.dropped_rows += len(self._queue) - len(live)
-        self._queue = live
+        spare = [item for item in self._spare if item.request.live]
+        self.dropped_rows += len(self._queue) + len(self._spare) - len(live) - len(spare)
+        self._queue, self._spare = live, spare
         self._queued_tokens = sum(item.length for item in live)
 
     def _retry_after_locked(self, tokens: int, budget: float) -> int:
@@ -462,8 +491,8 @@ class Batcher:
         excess = tokens * self._seconds_per_token / self.parallel_runs - budget
         return max(1, math.ceil(excess))
 
-    def _take_batch_locked(self) -> WorkBatch | None:
-        queue = self._queue
+    def _take_batch_locked(self, spare: bool = False) -> WorkBatch | None:
+        queue = self._spare if spare else self._queue
         now = time.perf_counter()
         candidates: list[WorkItem] = []
         position = 0
@@ -482,8 +511,7 @@ class Batcher:
             else:
                 self.dropped_rows += 1
         if not candidates:
-            self._queue = queue[position:]
-            self._queued_tokens -= taken_tokens
+            self._requeue_locked(spare, queue[position:], taken_tokens)
             return None
         chosen = choose_rows(
             [item.length for item in candidates],
@@ -493,6 +521,12 @@ class Batcher:
         )
         chosen_set = set(chosen)
         leftovers = [item for k, item in enumerate(candidates) if k not in chosen_set]
-        self._queue = leftovers + queue[position:]
-        self._queued_tokens -= taken_tokens - sum(item.length for item in leftovers)
+        self._requeue_locked(spare, leftovers + queue[position:], taken_tokens - sum(item.length for item in leftovers))
         return WorkBatch([candidates[k] for k in chosen])
+
+    def _requeue_locked(self, spare: bool, rows: list[WorkItem], taken_tokens: int) -> None:
+        if spare:
+            self._spare = rows
+        else:
+            self._queue = rows
+            self._queued_tokens -= taken_tokens

@@ -176,12 +176,13 @@ class InferenceRequest:
     # The parameters the request gave, asked only of a model with request defaults (None: all were given).
     explicit: Callable[[], frozenset[str]] | None = None
     timeout_s: float | None = None  # its own deadline (a gRPC call's), when shorter than the settings' timeout_s
+    background: bool = False  # a batch job's line: its rows run when no online row waits, with no deadline
 
     @classmethod
-    def of(cls, request: TaskRequest, timeout_s: float | None = None) -> InferenceRequest:
+    def of(cls, request: TaskRequest, timeout_s: float | None = None, background: bool = False) -> InferenceRequest:
         """A protocol's validated task request, in the handler's types."""
         inputs, params = request.to_task()
-        return cls(request.task, inputs, params, request.model, request.given_fields, timeout_s)
+        return cls(request.task, inputs, params, request.model, request.given_fields, timeout_s, background)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,9 +210,8 @@ async def run_inference(
     count, limit = len(request.inputs), getattr(settings, setting)
     if count > limit:
         raise PayloadTooLarge(f"{count} inputs in one request; the limit is {limit} ({Settings.named(setting)})")
-    work = engine.infer(
-        request.inputs, engine.with_request_defaults(request.params, request.explicit), request.timeout_s
-    )
+    params = engine.with_request_defaults(request.params, request.explicit)
+    work = engine.infer(request.inputs, params, request.timeout_s, request.background)
     results = await (work if client_gone is None else until_disconnected(work, client_gone))
     return InferenceResult(engine.name, results)
 

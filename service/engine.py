@@ -306,11 +306,14 @@ class Engine:
         chosen = {key: value for key, value in defaults.items() if key not in given and key in names}
         return dataclasses.replace(params, **chosen) if chosen else params  # type: ignore[type-var]
 
-    async def infer(self, inputs: list[Any], params: Any, timeout_s: float | None = None) -> list[Any]:
+    async def infer(
+        self, inputs: list[Any], params: Any, timeout_s: float | None = None, background: bool = False
+    ) -> list[Any]:
         """One request: prepare -> batcher -> postprocess; a result per input, within ``timeout_s`` (the settings'
         ``timeout_s`` when None or longer: a gRPC client's deadline may be shorter). A short request is prepared and
         post-processed on the event loop (a thread hop costs more); a long one on the prepare threads, once their
-        ledger admits it (service/prepare_stage.py), so neither its tokenizing nor its decoding holds the loop."""
+        ledger admits it (service/prepare_stage.py), so neither its tokenizing nor its decoding holds the loop.
+        ``background``: a batch job's request, whose rows wait for the online queue to empty (no deadline there)."""
         if self._stopping or not self._started:
             raise NotReady(f"model {self.name} is not accepting requests")
         budget = self.settings.timeout_s if timeout_s is None else min(timeout_s, self.settings.timeout_s)
@@ -318,9 +321,9 @@ class Engine:
         texts = input_texts(inputs)
         chars = sum(len(text) for text in texts)
         if chars <= self.settings.prepare_inline_chars:
-            return await self._infer(inputs, params, texts, chars, deadline, budget, None)
+            return await self._infer(inputs, params, texts, chars, deadline, budget, None, background)
         async with admitted(self._ledger, chars, self.batcher.seconds_ahead(), budget) as stage:
-            return await self._infer(inputs, params, texts, chars, deadline, budget, stage)
+            return await self._infer(inputs, params, texts, chars, deadline, budget, stage, background)
 
     async def _infer(
         self,
@@ -331,6 +334,7 @@ class Engine:
         deadline: float,
         budget: float,
         stage: Stage | None,
+        background: bool = False,
     ) -> list[Any]:
         record = ACCESS_RECORD.get()
         spans = record.spans if record is not None else None  # a traced request's stages (service.tracing)
@@ -351,7 +355,7 @@ class Engine:
         if record is not None:
             record.model, record.inputs = self.name, len(inputs)
         try:
-            rows = await self.batcher.run(sequences, remaining, record)
+            rows = await self.batcher.run(sequences, remaining, record, spare=background)
         except RequestTimeout:
             raise RequestTimeout(f"request timed out after {budget:g} s") from None
         decoding = time.perf_counter() if spans is not None else 0.0

@@ -221,10 +221,11 @@ class Settings(BaseSettings):
         "another.",
     )
     batch_chunk_lines: int = Field(
-        default=32,
+        default=256,
         ge=1,
         description="Lines of a batch sent to the models at once and committed together: a restart resumes after the "
-        "last committed chunk. The runner sends a chunk only when no online request is queued (or after 1 s).",
+        "last committed chunk. The runner sends a chunk only when no online request is queued (or after 1 s), and "
+        "its rows run only while no online row waits; the model groups a chunk's rows by length.",
     )
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -44,7 +44,8 @@ class RouteCall:
             if len(content) > self.core.settings.max_body_bytes:
                 raise body_too_large(self.core.settings.max_body_bytes)
             decoded = Decoded(validated_json_body(route.body, content, JSON_MEDIA_TYPE))
-            result = await run_inference(InferenceRequest.of(decoded.request), self.core.registry, self.core.settings)
+            request = InferenceRequest.of(decoded.request, background=True)
+            result = await run_inference(request, self.core.registry, self.core.settings)
             reply = route.answer(decoded, result)
             return Answer(200, json.loads(reply.content if isinstance(reply, Reply) else encode_json(reply)))
         except TRANSIENT as refused:

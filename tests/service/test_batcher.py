@@ -305,3 +305,21 @@ def test_policy_takes_every_limit_from_the_settings() -> None:
     defaults, default_settings = BatchPolicy.from_settings(Settings()), Settings()
     assert defaults.max_wait_s == default_settings.max_wait_ms / 1000
     assert defaults.overhead_tokens == default_settings.batch_overhead_tokens
+
+
+def test_background_rows_wait_for_online_ones_and_have_no_deadline() -> None:
+    harness, gate = gated(limits(max_batch_size=1, max_wait_s=0.0))
+
+    async def main() -> None:
+        blocker = await hold_worker(harness)
+        background = [asyncio.ensure_future(harness.batcher.run([seq([10 + k])], 0.01, spare=True)) for k in range(3)]
+        await asyncio.sleep(0)
+        online = [asyncio.ensure_future(harness.batcher.run([seq([20 + k])])) for k in range(2)]
+        await wait_until(lambda: harness.batcher.queue_depth == 2)  # the background rows are not online work
+        await asyncio.sleep(0.05)  # past the timeout the background requests asked for: they have none
+        gate.set()
+        await asyncio.gather(blocker, *online, *background)
+
+    harness.run(main)
+    order = [int(batch.input_ids[0, 0]) for batch in harness.runner.batches]
+    assert order == [1, 20, 21, 10, 11, 12]  # queued later, the online rows still ran first

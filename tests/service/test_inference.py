@@ -26,7 +26,9 @@ class EchoEngine:
     def with_request_defaults(self, params: Any, explicit: Callable[[], frozenset[str]] | None) -> Any:
         return params
 
-    async def infer(self, inputs: list[Any], params: Any, timeout_s: float | None = None) -> list[Any]:
+    async def infer(
+        self, inputs: list[Any], params: Any, timeout_s: float | None = None, background: bool = False
+    ) -> list[Any]:
         self.started.set()
         await asyncio.sleep(self.delay_s)
         return [(item, params) for item in inputs]
