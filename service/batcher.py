@@ -131,6 +131,8 @@ def choose_rows(lengths: list[int], max_tokens: int, max_size: int, overhead_tok
 ADMIT_WITHIN = 0.4
 RATE_SMOOTHING = 0.2  # weight of the newest batch in the seconds-per-token average
 SHED_REASONS = ("queue_full", "over_budget", "too_big", "expired")
+# Background rows have no deadline to keep: their batches are grouped from this many times more rows (fewer pads).
+SPARE_LOOKAHEAD = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,7 +499,8 @@ class Batcher:
         candidates: list[WorkItem] = []
         position = 0
         taken_tokens = 0
-        while position < len(queue) and len(candidates) < self.policy.lookahead:
+        lookahead = SPARE_LOOKAHEAD * self.policy.lookahead if spare else self.policy.lookahead
+        while position < len(queue) and len(candidates) < lookahead:
             item = queue[position]
             position += 1
             taken_tokens += item.length
