@@ -26,6 +26,7 @@ import collections
 import logging
 import os
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -82,9 +83,27 @@ def stages(collapsed: str) -> dict[str, float]:
 
 
 def measure_raw(bundle: Path, load: str, duration_s: float) -> dict[str, Any]:
-    result = raw_ort.measure(bundle, ROUTES[load], load_inputs(load), duration_s)
+    inputs = load_inputs(load)
+    result = raw_ort.measure(bundle, ROUTES[load], inputs, duration_s)
     return {"sequences_per_s": round(result.sequences_per_s, 2), "batch_size": result.batch_size,
-            "cpu_ms_per_sequence": round(1000 * result.cpu_seconds / result.inputs, 3)}  # fmt: skip
+            "cpu_ms_per_sequence": round(1000 * result.cpu_seconds / result.inputs, 3),
+            "batch1_median_ms": round(batch_one_ms(bundle, ROUTES[load], inputs, duration_s / 3), 3)}  # fmt: skip
+
+
+def batch_one_ms(bundle: Path, task: str, inputs: list[Any], seconds: float) -> float:
+    """The raw loop's median time for one input alone (tokenize, pad, run; both threads, the faster of spinning
+    or not): what a lone request's p50 is held against."""
+    tokenizer = raw_ort.bundle_tokenizer(bundle, task)
+    medians = []
+    for spin in (True, False):
+        session = raw_ort.open_session(bundle / "model.onnx", spin=spin)
+        raw_ort.one_pass(session, tokenizer, task, inputs[:2], 1)
+        times, index, ends = [], 0, time.monotonic() + seconds / 2
+        while time.monotonic() < ends:
+            times.append(raw_ort.one_pass(session, tokenizer, task, [inputs[index % len(inputs)]], 1)[0])
+            index += 1
+        medians.append(1000 * statistics.median(times))
+    return min(medians)
 
 
 def measure_server(args: argparse.Namespace, name: str, bundle: Path, load: str) -> list[dict[str, Any]]:
@@ -120,7 +139,8 @@ def measure_server(args: argparse.Namespace, name: str, bundle: Path, load: str)
 
 TABLE_HEAD = (
     "| model | route | c | served seq/s | raw seq/s | served/raw | server CPU ms/req | raw CPU ms/seq "
-    "| overhead ms/req | p50 ms |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    "| overhead ms/req | p50 ms | p50 - raw batch-1 ms |\n"
+    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 )
 
 
@@ -128,18 +148,21 @@ def markdown(report: dict[str, Any]) -> str:
     intro = (
         f"Tree {report['tree']}; {report['duration_s']:.0f} s per point; load average at start "
         f"{report['load_avg']['start']}, at end {report['load_avg']['end']}. Overhead = server CPU per request "
-        "- raw loop CPU per sequence (one sentence per request)."
+        "- raw loop CPU per sequence (one sentence per request); at c=1, p50 against the raw loop's median for one "
+        "input alone (tokenize, pad, run)."
     )
     lines = ["# Overhead per request (benchmarks.overhead)", "", intro, "", TABLE_HEAD]
     for model in report["models"]:
         raw = model["raw"]
         for point in model["served"]:
             overhead = point["cpu_ms_per_request"] - raw["cpu_ms_per_sequence"]
+            alone = raw.get("batch1_median_ms")
+            lone = f"{point['p50_ms'] - alone:+.2f} (raw {alone:.2f})" if point["concurrency"] == 1 and alone else ""
             lines.append(
                 f"| {model['name']} | `{model['route']}` | {point['concurrency']} | {point['sequences_per_s']:.1f} "
                 f"| {raw['sequences_per_s']:.1f} | {point['sequences_per_s'] / raw['sequences_per_s']:.2f} "
                 f"| {point['cpu_ms_per_request']:.2f} | {raw['cpu_ms_per_sequence']:.2f} | {overhead:.2f} "
-                f"| {point['p50_ms']:.1f} |"
+                f"| {point['p50_ms']:.1f} | {lone} |"
             )
     profiled = [(m, p) for m in report["models"] for p in m["served"] if p.get("stages")]
     if profiled:
