@@ -133,6 +133,10 @@ RATE_SMOOTHING = 0.2  # weight of the newest batch in the seconds-per-token aver
 SHED_REASONS = ("queue_full", "over_budget", "too_big", "expired")
 # Background rows have no deadline to keep: their batches are grouped from this many times more rows (fewer pads).
 SPARE_LOOKAHEAD = 4
+# Within this long of the last online rows, a background batch takes at most 1/this of the batch size: an online row
+# arriving meanwhile waits for a short batch, not a full one.
+ONLINE_RECENT_S = 0.25
+SPARE_SHARE_BESIDE_ONLINE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +200,7 @@ class Batcher:
         self.name = name
         self._queue: list[WorkItem] = []
         self._spare: list[WorkItem] = []  # background rows: batched only while _queue is empty
+        self._online_at = -math.inf  # when online rows last came
         self._lock = threading.Lock()
         # Idle workers by number, each waiting on its own condition of the one lock: new rows wake the lowest
         # number, so a lone request always goes to worker 0.
@@ -263,6 +268,7 @@ class Batcher:
                 if self._idle:
                     self._wake_lowest_locked()
                 return request
+            self._online_at = now
             if len(self._queue) + len(items) > self.policy.max_queue:
                 self._purge_locked(now, force=True)
                 if len(self._queue) + len(items) > self.policy.max_queue:
@@ -516,11 +522,11 @@ class Batcher:
         if not candidates:
             self._requeue_locked(spare, queue[position:], taken_tokens)
             return None
+        max_size = self.policy.max_batch_size
+        if spare and now - self._online_at < ONLINE_RECENT_S:  # an online row may come while it runs: keep it short
+            max_size = max(1, max_size // SPARE_SHARE_BESIDE_ONLINE)
         chosen = choose_rows(
-            [item.length for item in candidates],
-            self.policy.max_batch_tokens,
-            self.policy.max_batch_size,
-            self.policy.overhead_tokens,
+            [item.length for item in candidates], self.policy.max_batch_tokens, max_size, self.policy.overhead_tokens
         )
         chosen_set = set(chosen)
         leftovers = [item for k, item in enumerate(candidates) if k not in chosen_set]

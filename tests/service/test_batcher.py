@@ -323,3 +323,19 @@ def test_background_rows_wait_for_online_ones_and_have_no_deadline() -> None:
     harness.run(main)
     order = [int(batch.input_ids[0, 0]) for batch in harness.runner.batches]
     assert order == [1, 20, 21, 10, 11, 12]  # queued later, the online rows still ran first
+
+
+def test_background_batches_stay_short_while_online_rows_keep_coming() -> None:
+    harness = make(limits(max_batch_size=8, max_wait_s=0.0), start=False)
+
+    async def main() -> None:
+        await asyncio.sleep(0)
+        harness.worker.start()
+        await harness.batcher.run([seq([1])])  # online just now
+        await harness.batcher.run([seq([10 + k]) for k in range(8)], spare=True)
+        await asyncio.sleep(0.3)  # no online row for longer than ONLINE_RECENT_S
+        await harness.batcher.run([seq([30 + k]) for k in range(8)], spare=True)
+
+    harness.run(main)
+    sizes = [batch.input_ids.shape[0] for batch in harness.runner.batches]
+    assert sizes == [1, 2, 2, 2, 2, 8]
