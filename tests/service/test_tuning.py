@@ -20,7 +20,15 @@ import pytest
 from service.__main__ import settings_from_args
 from service.engine import Engine
 from service.settings import TUNED_SETTINGS, Settings
-from service.tuning import BatchingChoice, Tuner, _at_least, _Sweep, candidate_sets, thread_candidates
+from service.tuning import (
+    SPLIT_BELOW_ROW_S,
+    BatchingChoice,
+    Tuner,
+    _at_least,
+    _Sweep,
+    candidate_sets,
+    thread_candidates,
+)
 from tests.service.apptools import serving
 from tests.service.tiny_models import TinyModel
 
@@ -186,15 +194,18 @@ class ThreadedRunner(SlowRunner):
             return super().run(batch)
 
 
-@pytest.mark.parametrize("serial", [False, True])
-def test_parallel_runs_split_the_threads_and_win_ties_with_fewer_threads_each(serial: bool) -> None:
-    tuner = Tuner(lambda threads: ThreadedRunner(0.004, threads, serial), 101, 102, 1000, 128, budget_s=0.5)
+@pytest.mark.parametrize(("serial", "row_s"), [(False, 0.004), (True, 0.004), (False, 0.16)])
+def test_parallel_runs_split_the_threads_and_a_small_model_takes_fewer_threads_each(serial: bool, row_s: float) -> None:
+    tuner = Tuner(lambda threads: ThreadedRunner(row_s, threads, serial), 101, 102, 1000, 128, budget_s=0.5)
     candidates = {"intra_op_threads": [1, 2], "max_batch_tokens": [128], "max_batch_size": [1], "parallel_runs": [1, 2]}
-    choice, runner = tuner.tune(candidates, ThreadedRunner(0.004, 2, serial), threads=2)
+    choice, runner = tuner.tune(candidates, ThreadedRunner(row_s, 2, serial), threads=2)
     rates = choice.tokens_per_second
     assert rates["intra_op_threads"][2] > 1.5 * rates["intra_op_threads"][1]  # alone, two threads are faster
+    chosen = (choice.intra_op_threads, choice.parallel_runs, runner.threads)
     if serial:  # two one-thread runs at once gain nothing: one run on both threads
-        assert (choice.intra_op_threads, choice.parallel_runs, runner.threads) == (2, 1, 2)
-    else:  # two one-thread runs at once do as much as one two-thread run: the runs keep a thread each
+        assert chosen == (2, 1, 2)
+    elif row_s / 2 < SPLIT_BELOW_ROW_S:  # a small model: two one-thread runs do as much as one two-thread run
         assert rates["parallel_runs"][2] > 0.9 * rates["parallel_runs"][1]
-        assert (choice.intra_op_threads, choice.parallel_runs, runner.threads) == (1, 2, 1)
+        assert chosen == (1, 2, 1)  # the runs keep a thread each
+    else:  # a large one (80 ms a row on two threads): two runs share both threads, a lone row keeps them
+        assert chosen == (2, 2, 2)
