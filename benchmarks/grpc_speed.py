@@ -35,7 +35,7 @@ from typing import Any
 from benchmarks import servers
 from benchmarks.datasets import SCRATCH_DIR
 from benchmarks.loads import load_inputs
-from benchmarks.report import load_average, load_parser, page, table, tree_commit, write_report
+from benchmarks.report import finish_load_report, load_parser, page, table
 
 log = logging.getLogger("benchmarks.grpc_speed")
 LOG_DIR = SCRATCH_DIR / "grpc-logs"
@@ -181,14 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.model:
         name, _, path = spec.partition("=")
         points += measure(args, name, Path(path), text)
-    report = {
-        "tree": tree_commit(),
-        "sentence_chars": len(text), "rounds": args.rounds, "duration_s": args.duration,
-        "load_avg": load_average(at_start), "points": points,
-        "finished": time.strftime("%Y-%m-%d %H:%M"),
-    }  # fmt: skip
-    write_report(args.out, report, markdown(report))
-    return 0
+    return finish_load_report(args, at_start, markdown, sentence_chars=len(text), points=points)
 
 
 if __name__ == "__main__":

@@ -253,7 +253,6 @@ def main(argv: list[str] | None = None) -> int:
         "systems": [{"name": s.name, "description": s.description, "path": s.path} for s in chosen],
         "probes": PROBES, "labels": labels, "labels_agree": agree, "points": points, "summary": summary,
         "ratios": ratios(summary, args.concurrency, args.rounds), "load_avg": load_average(at_start),
-        "finished": time.strftime("%Y-%m-%d %H:%M"),
     }  # fmt: skip
     write_report(args.out, report, markdown(report))
     return 0

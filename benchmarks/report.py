@@ -9,7 +9,8 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,24 @@ def page(title: str, intro: str, *blocks: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def finish_load_report(
+    args: argparse.Namespace,
+    at_start: tuple[float, float, float],
+    markdown: Callable[[dict[str, Any]], str],
+    **figures: Any,
+) -> int:
+    """Write an interleaved load benchmark's report (its tree, rounds, seconds per point and load averages, then
+    ``figures``) as ``args.out``.json and .md; the command's exit status."""
+    report = {"tree": tree_commit(), "rounds": args.rounds, "duration_s": args.duration,
+              "load_avg": load_average(at_start), **figures}  # fmt: skip
+    write_report(args.out, report, markdown(report))
+    return 0
+
+
 def write_report(out: Path, figures: dict[str, Any], text: str) -> None:
-    """``out``.json (the figures) and ``out``.md (``text``, also on stdout): what a benchmark commits."""
+    """``out``.json (the figures, stamped with when they were finished) and ``out``.md (``text``, also on stdout):
+    what a benchmark commits."""
+    figures.setdefault("finished", time.strftime("%Y-%m-%d %H:%M"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
     out.with_suffix(".md").write_text(text)

@@ -16,14 +16,13 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks import loadgen, servers
 from benchmarks.datasets import SCRATCH_DIR
 from benchmarks.loads import bertserve_loads
-from benchmarks.report import load_average, load_parser, page, table, tree_commit, write_report
+from benchmarks.report import finish_load_report, load_parser, page, table
 
 log = logging.getLogger("benchmarks.tracing_cost")
 LOG_DIR = SCRATCH_DIR / "tracing-logs"
@@ -99,13 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sink.terminate()
         sink.wait(timeout=10)
-    report = {
-        "tree": tree_commit(),
-        "concurrency": args.concurrency, "rounds": args.rounds, "duration_s": args.duration,
-        "load_avg": load_average(at_start), "points": points, "finished": time.strftime("%Y-%m-%d %H:%M"),
-    }  # fmt: skip
-    write_report(args.out, report, markdown(report))
-    return 0
+    return finish_load_report(args, at_start, markdown, concurrency=args.concurrency, points=points)
 
 
 if __name__ == "__main__":
