@@ -4,17 +4,9 @@ Four settings are tuned, each only among a candidate set fixed before any timing
 is bounded whatever the clock says; a setting given explicitly is not tuned (its candidate set is that value):
 
 - ``intra_op_threads``: powers of two up to the CPU count (and that count); the fastest at a batch of 4 x 128-token
-  rows wins, fewer threads when within 5 % (other models share the cores). A lone batch runs on all of them, unless
-  parallel runs split them (below).
+  rows wins, fewer threads when within 5 % (other models share the cores). A lone batch runs on all of them.
 - ``parallel_runs``: 1 or ``model_workers`` batches at once on that session, the same batch run by that many
-  threads together; more only when it beats one by 5 %. On a large model concurrent runs share the session's
-  threads, so a lone request still gets them all. On a small one (a 128-token row in under ``SPLIT_BELOW_ROW_S``,
-  its threads tuned) each run gets its share (``intra_op_threads`` // runs), and within 5 % of the best the fewest
-  threads per run wins: there the event loop's work per request weighs beside the model's, and runs whose threads
-  together outnumber the cores stall at every operator waiting for a thread the event loop holds, where
-  single-threaded runs never wait on each other (MiniLM SST-2, c=32-128: 1.03-1.22x the throughput at 5-13 % less
-  CPU per request), at the price of a lone request's latency (c=1 p50 about +2 ms; on BERT-base it would be
-  +100 ms).
+  threads together; more only when it beats one by 5 % (concurrent runs share the session's threads).
 - ``max_batch_tokens``: rows of 128 tokens (or the model's max length) in batches of 1, 2, 4 ... rows; the
   token count where throughput stops growing (the smallest batch within 5 % of the best) is the budget.
 - ``max_batch_size``: the same sweep with 16-token rows, up to the token budget: how many short rows one call
@@ -62,7 +54,6 @@ TIMED_RUNS = 3
 THREADS_SHARE = 0.35
 TOKENS_SHARE = 0.75
 NEW_SESSION_MARGIN = 2  # a thread count's step also opens a session and may run slower: allow it that much more
-SPLIT_BELOW_ROW_S = 0.05  # one 128-token row on every thread: MiniLM-L6 ~20 ms, BERT-base ~150 ms on 2 of these cores
 
 
 @dataclass(frozen=True)
@@ -284,35 +275,31 @@ class Tuner:
         return synthetic_batch(rows, length, *self.ids)
 
     def _sweep_threads(
-        self, candidates: list[int], runners: dict[int, ModelRunner], current: int
-    ) -> tuple[int, _Sweep]:
-        """Every candidate is measured (the budget was set so that they fit); ``runners`` gains each one's runner."""
+        self, candidates: list[int], current: tuple[int, ModelRunner]
+    ) -> tuple[int, ModelRunner, _Sweep]:
+        """Every candidate is measured (the budget was set so that they fit)."""
         batch = self._batch(THREADS_PROBE_ROWS, min(LONG_ROW_TOKENS, self.max_length))
         tokens = batch.input_ids.size
-        sweep = _Sweep()
-        for threads in sorted(candidates, key=lambda threads: (threads != current, threads)):
+        sweep, runners = _Sweep(), {current[0]: current[1]}
+        for threads in sorted(candidates, key=lambda threads: (threads != current[0], threads)):
             runner = runners.get(threads) or self.make_runner(threads)
             runners[threads] = runner
             seconds = _time_batch(runner, batch, self.cost.runs)
             sweep.rates[threads], sweep.last_seconds = tokens / seconds, seconds
-        return sweep.knee(), sweep
+        chosen = sweep.knee()
+        return chosen, runners[chosen], sweep
 
-    def _sweep_parallel_runs(
-        self, runners: dict[int, ModelRunner], share: Callable[[int], int], candidates: list[int], one_run_rate: float
-    ) -> _Sweep:
-        """Tokens/s with k threads running the probe batch at once, each on the runner of ``share(k)`` threads, for
-        each k > 1 of ``candidates`` (k = 1 is the thread sweep's own figure); ties go to fewer runs."""
+    def _sweep_parallel_runs(self, runner: ModelRunner, candidates: list[int], one_run_rate: float) -> _Sweep:
+        """Tokens/s with k threads running the probe batch on ``runner`` at once, for each k > 1 of ``candidates``
+        (k = 1 is the thread sweep's own figure); ties go to fewer runs."""
         batch = self._batch(THREADS_PROBE_ROWS, min(LONG_ROW_TOKENS, self.max_length))
         sweep = _Sweep(rates={1: one_run_rate} if 1 in candidates else {})
         for runs in (k for k in sorted(candidates) if k > 1):
-            per_run = share(runs)
-            runner = runners[per_run] = runners.get(per_run) or self.make_runner(per_run)
             ready = threading.Barrier(runs + 1)
             done = threading.Barrier(runs + 1)
             failures: list[BaseException] = []
 
             def call(
-                runner: ModelRunner = runner,
                 ready: threading.Barrier = ready,
                 done: threading.Barrier = done,
                 failures: list[BaseException] = failures,
@@ -371,29 +358,16 @@ class Tuner:
         ``build_s``: how long ``runner``'s session took to build (what another thread count's session will cost)."""
         measured: dict[str, dict[int, float]] = {}
         run_options = candidates["parallel_runs"]
-        thread_options = candidates["intra_op_threads"]
-        self._plan(runner, build_s, len(thread_options), max(run_options))
-        runners = {threads: runner}
-        threads, sweep = self._sweep_threads(thread_options, runners, threads)
+        self._plan(runner, build_s, len(candidates["intra_op_threads"]), max(run_options))
+        threads, runner, sweep = self._sweep_threads(candidates["intra_op_threads"], (threads, runner))
         measured["intra_op_threads"] = sweep.rates
-        alone = threads
-        split = len(thread_options) > 1 and self.cost.row_s < SPLIT_BELOW_ROW_S  # a small model, its threads tuned
-
-        def share(runs: int) -> int:  # each of ``runs`` concurrent runs' threads
-            if not split or runs == 1:
-                return alone
-            return max([option for option in thread_options if option <= max(1, alone // runs)], default=alone)
-
         if len(run_options) == 1:
             parallel_runs = run_options[0]
         else:
-            runs_sweep = self._sweep_parallel_runs(runners, share, run_options, sweep.rates[threads])
+            runs_sweep = self._sweep_parallel_runs(runner, run_options, sweep.rates[threads])
             measured["parallel_runs"] = runs_sweep.rates
             best = max(runs_sweep.rates.values())
-            near = [k for k, rate in runs_sweep.rates.items() if rate * GROWTH >= best]
-            parallel_runs = min(near, key=lambda runs: (share(runs), runs))
-        threads = share(parallel_runs)
-        runner = runners.get(threads) or self.make_runner(threads)
+            parallel_runs = min(k for k, rate in runs_sweep.rates.items() if rate * GROWTH >= best)
         long_row = min(LONG_ROW_TOKENS, self.max_length)
         token_options = candidates["max_batch_tokens"]
         if len(token_options) == 1:

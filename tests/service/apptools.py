@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -155,6 +156,18 @@ def real_server_for(bundles: Mapping[str, Path], **settings: Any) -> Iterator[st
     )
     with real_server(served) as url:
         yield url
+
+
+def bundles_server(**settings: Any) -> Any:
+    """A test module's ``server_url`` fixture (module-scoped): ``real_server_for`` its ``bundles`` fixture, with
+    ``settings``."""
+
+    @pytest.fixture(scope="module")
+    def server_url(bundles: dict[str, Path]) -> Iterator[str]:
+        with real_server_for(bundles, **settings) as url:
+            yield url
+
+    return server_url
 
 
 def request_body(spec: dict[str, Any], path: str) -> tuple[str | None, dict[str, Any]]:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from service.settings import Settings
-from tests.service.apptools import ready_app_client, real_server_for, request_body
+from tests.service.apptools import bundles_server, ready_app_client, request_body
 from tests.service.embedding_checks import assert_same_neighbours, cosines
 
 SENTENCES = [
@@ -69,12 +69,9 @@ def oracle(sentence_models: dict[str, Path]) -> dict[str, np.ndarray]:
     return vectors
 
 
-@pytest.fixture(scope="module")
-def server_url(bundles: dict[str, Path]) -> Iterator[str]:
-    """A real uvicorn server (in a thread) serving the three embedding bundles."""
-    # max_inputs_per_request: the v1 task routes' limit; embeddings have their own (max_embedding_inputs)
-    with real_server_for(bundles, max_inputs_per_request=4, timeout_s=20) as url:
-        yield url
+# A real uvicorn server (in a thread) serving the three embedding bundles. max_inputs_per_request: the v1 task routes'
+# limit; embeddings have their own (max_embedding_inputs).
+server_url = bundles_server(max_inputs_per_request=4, timeout_s=20)
 
 
 @pytest.fixture(scope="module")

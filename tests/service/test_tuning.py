@@ -6,7 +6,6 @@ Nothing here depends on how fast anything ran: the tuner's picks are checked aga
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import shutil
@@ -20,15 +19,7 @@ import pytest
 from service.__main__ import settings_from_args
 from service.engine import Engine
 from service.settings import TUNED_SETTINGS, Settings
-from service.tuning import (
-    SPLIT_BELOW_ROW_S,
-    BatchingChoice,
-    Tuner,
-    _at_least,
-    _Sweep,
-    candidate_sets,
-    thread_candidates,
-)
+from service.tuning import BatchingChoice, Tuner, _at_least, _Sweep, candidate_sets, thread_candidates
 from tests.service.apptools import serving
 from tests.service.tiny_models import TinyModel
 
@@ -177,35 +168,3 @@ def test_a_failing_concurrent_run_ends_tuning_instead_of_hanging_it() -> None:
     candidates = {"intra_op_threads": [1], "max_batch_tokens": [128], "max_batch_size": [1], "parallel_runs": [1, 2]}
     with pytest.raises(RuntimeError, match="session failed"):
         tuner.tune(candidates, FailsOffTheMainThread(0.001), threads=1)
-
-
-class ThreadedRunner(SlowRunner):
-    """``row_s / threads`` per row: its threads split a batch's work; with ``serial``, runs on it take turns (as if
-    each took every core)."""
-
-    turns = threading.Lock()
-
-    def __init__(self, row_s: float, threads: int, serial: bool) -> None:
-        super().__init__(row_s / threads)
-        self.threads, self.serial = threads, serial
-
-    def run(self, batch):  # type: ignore[no-untyped-def]
-        with self.turns if self.serial else contextlib.nullcontext():
-            return super().run(batch)
-
-
-@pytest.mark.parametrize(("serial", "row_s"), [(False, 0.004), (True, 0.004), (False, 0.16)])
-def test_parallel_runs_split_the_threads_and_a_small_model_takes_fewer_threads_each(serial: bool, row_s: float) -> None:
-    tuner = Tuner(lambda threads: ThreadedRunner(row_s, threads, serial), 101, 102, 1000, 128, budget_s=0.5)
-    candidates = {"intra_op_threads": [1, 2], "max_batch_tokens": [128], "max_batch_size": [1], "parallel_runs": [1, 2]}
-    choice, runner = tuner.tune(candidates, ThreadedRunner(row_s, 2, serial), threads=2)
-    rates = choice.tokens_per_second
-    assert rates["intra_op_threads"][2] > 1.5 * rates["intra_op_threads"][1]  # alone, two threads are faster
-    chosen = (choice.intra_op_threads, choice.parallel_runs, runner.threads)
-    if serial:  # two one-thread runs at once gain nothing: one run on both threads
-        assert chosen == (2, 1, 2)
-    elif row_s / 2 < SPLIT_BELOW_ROW_S:  # a small model: two one-thread runs do as much as one two-thread run
-        assert rates["parallel_runs"][2] > 0.9 * rates["parallel_runs"][1]
-        assert chosen == (1, 2, 1)  # the runs keep a thread each
-    else:  # a large one (80 ms a row on two threads): two runs share both threads, a lone row keeps them
-        assert chosen == (2, 2, 2)

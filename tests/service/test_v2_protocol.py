@@ -19,7 +19,7 @@ import pytest
 from contract.tasks import TASK_NAMES
 from service.settings import Settings
 from service.tasks import LAYOUTS
-from tests.service.apptools import real_server_for
+from tests.service.apptools import bundles_server
 from tests.service.tiny_models import TinyModel
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -47,10 +47,7 @@ def bundles(tiny_models: dict[str, TinyModel], tmp_path_factory: pytest.TempPath
     return served
 
 
-@pytest.fixture(scope="module")
-def server_url(bundles: dict[str, Path]) -> Iterator[str]:
-    with real_server_for(bundles, max_inputs_per_request=8, timeout_s=20) as url:
-        yield url
+server_url = bundles_server(max_inputs_per_request=8, timeout_s=20)
 
 
 @pytest.fixture(scope="module")
