@@ -6,8 +6,9 @@ takes the oldest unfinished batch and runs its lines in chunks of ``batch_chunk_
   queue full, deadline, model restarting) is retried after its delay, up to ``MAX_TRIES`` times.
 - A chunk's entries are appended and synced, then its progress is committed (``BatchStore.commit_chunk``): a process
   killed at any point resumes after the last committed chunk, and each line has exactly one entry.
-- Spare capacity first: before each chunk the runner waits while online work is in flight or queued (``busy``), for
-  at most ``MAX_YIELD_S``, so a steady online load slows a batch down but never stops it.
+- Spare capacity first: a line's request is a background one (``InferenceRequest.background``): its rows wait in the
+  batcher's background queue and run only while no online row is queued. Before each chunk the runner also waits
+  while online work is in flight or queued (``busy``), for at most ``MAX_YIELD_S``.
 - Cancelling, expiry (the completion window) and the end of the input are checked between chunks.
 
 Nothing here logs a line's content: only batch ids, counts and error types.
