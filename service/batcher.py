@@ -137,6 +137,8 @@ SPARE_LOOKAHEAD = 4
 # arriving meanwhile waits for a short batch, not a full one.
 ONLINE_RECENT_S = 0.25
 SPARE_SHARE_BESIDE_ONLINE = 4
+# With no online rows about, a background batch may be this many times the (latency-tuned) batch size and tokens.
+SPARE_BATCH_SCALE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,12 +524,12 @@ class Batcher:
         if not candidates:
             self._requeue_locked(spare, queue[position:], taken_tokens)
             return None
-        max_size = self.policy.max_batch_size
+        max_size, max_tokens = self.policy.max_batch_size, self.policy.max_batch_tokens
         if spare and now - self._online_at < ONLINE_RECENT_S:  # an online row may come while it runs: keep it short
             max_size = max(1, max_size // SPARE_SHARE_BESIDE_ONLINE)
-        chosen = choose_rows(
-            [item.length for item in candidates], self.policy.max_batch_tokens, max_size, self.policy.overhead_tokens
-        )
+        elif spare:  # nobody waits on this batch: fewer, larger model calls
+            max_size, max_tokens = max_size * SPARE_BATCH_SCALE, max_tokens * SPARE_BATCH_SCALE
+        chosen = choose_rows([item.length for item in candidates], max_tokens, max_size, self.policy.overhead_tokens)
         chosen_set = set(chosen)
         leftovers = [item for k, item in enumerate(candidates) if k not in chosen_set]
         self._requeue_locked(spare, leftovers + queue[position:], taken_tokens - sum(item.length for item in leftovers))

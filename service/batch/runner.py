@@ -4,6 +4,8 @@ takes the oldest unfinished batch and runs its lines in chunks of ``batch_chunk_
 - Each line goes to ``call`` (the HTTP side's route machinery: the route's request model, ``run_inference``, the
   route's answer), concurrently within a chunk so the batcher can group them; a transient refusal (``TryLater``:
   queue full, deadline, model restarting) is retried after its delay, up to ``MAX_TRIES`` times.
+- ``CHUNKS_AHEAD`` chunks are answered at once, so the batcher has the next chunk's rows while a chunk's last rows
+  run and its entries are synced; chunks are committed in order.
 - A chunk's entries are appended and synced, then its progress is committed (``BatchStore.commit_chunk``): a process
   killed at any point resumes after the last committed chunk, and each line has exactly one entry.
 - Spare capacity first: a line's request is a background one (``InferenceRequest.background``): its rows wait in the
@@ -20,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +49,7 @@ MAX_TRIES = 20  # a line refused this many times for a transient reason gets tha
 MAX_YIELD_S = 1.0  # the longest a chunk waits for online work to clear
 IDLE_POLL_S = 5.0  # with nothing to do, look again this often (and when woken)
 BUSY_POLL_S = 0.005
+CHUNKS_AHEAD = 2  # chunks answered at once: the next chunk's rows reach the batcher while one chunk's tail runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,7 @@ class TryLater(Exception):
         self.answer = answer
 
 
+Ahead = deque[tuple[range, "asyncio.Task[list[tuple[bool, bytes]]]"]]  # chunks being answered: line numbers, entries
 LineCall = Callable[[str, Any], Awaitable[Answer]]  # (url, body) -> the route's answer; raises TryLater
 
 
@@ -140,16 +145,25 @@ class BatchRunner:
             logger.info("batch %s: %d requests to %s", batch.id, len(plan), batch.endpoint)
         batch = self.store.batch(batch.id)
         await asyncio.to_thread(self.store.resume, batch)
-        while batch.done_lines < len(plan):
-            if batch.status == CANCELLING:
-                await asyncio.to_thread(self.store.finish, batch.id, CANCELLED)
-                logger.info("batch %s cancelled after %d of %d requests", batch.id, batch.done_lines, len(plan))
-                return
-            if now() >= batch.expires_at:
-                await self._expire(batch, plan)
-                return
-            await self._wait_for_spare_capacity()
-            batch = await self._run_chunk(batch, plan, source)
+        ahead: Ahead = deque()
+        try:
+            while batch.done_lines < len(plan):
+                if batch.status == CANCELLING:
+                    await _cancel_all(ahead)
+                    await asyncio.to_thread(self.store.finish, batch.id, CANCELLED)
+                    logger.info("batch %s cancelled after %d of %d requests", batch.id, batch.done_lines, len(plan))
+                    return
+                if now() >= batch.expires_at:
+                    await _cancel_all(ahead)
+                    await self._expire(batch, plan)
+                    return
+                if not ahead:
+                    await self._wait_for_spare_capacity()
+                self._answer_ahead(ahead, batch, plan, source)
+                numbers, answering = ahead.popleft()
+                batch = await self._commit_chunk(batch, numbers, await answering)
+        finally:
+            await _cancel_all(ahead)
         if self.store.finalizing(batch.id):
             await asyncio.to_thread(self.store.finish, batch.id, COMPLETED)
             logger.info("batch %s completed: %d ok, %d failed", batch.id, batch.completed, batch.failed)
@@ -162,13 +176,23 @@ class BatchRunner:
         while self.busy() and loop.time() < deadline:
             await asyncio.sleep(BUSY_POLL_S)
 
-    async def _run_chunk(self, batch: BatchRecord, plan: Plan, source: Any) -> BatchRecord:
-        first = batch.done_lines
-        numbers = range(first, min(first + self.chunk_lines, len(plan)))
+    def _answer_ahead(self, ahead: Ahead, batch: BatchRecord, plan: Plan, source: Any) -> None:
+        """Start answering chunks after the last one started until ``CHUNKS_AHEAD`` are under way."""
+        start = ahead[-1][0].stop if ahead else batch.done_lines
+        while len(ahead) < CHUNKS_AHEAD and start < len(plan):
+            numbers = range(start, min(start + self.chunk_lines, len(plan)))
+            ahead.append((numbers, asyncio.create_task(self._answer_chunk(batch, numbers, plan, source))))
+            start = numbers.stop
+
+    async def _answer_chunk(
+        self, batch: BatchRecord, numbers: range, plan: Plan, source: Any
+    ) -> list[tuple[bool, bytes]]:
         raws = await asyncio.to_thread(read_spans, source, [plan.spans[number] for number in numbers])
-        entries = await asyncio.gather(
+        return await asyncio.gather(
             *(self._entry(batch, number, raw, plan) for number, raw in zip(numbers, raws, strict=True))
         )
+
+    async def _commit_chunk(self, batch: BatchRecord, numbers: range, entries: list[tuple[bool, bytes]]) -> BatchRecord:
         output = b"".join(entry for ok, entry in entries if ok)
         errors = b"".join(entry for ok, entry in entries if not ok)
         completed = sum(1 for ok, _ in entries if ok)
@@ -220,6 +244,14 @@ async def answer_with_retries(call: LineCall, url: str, body: Any) -> Answer:
         return await call(url, body)
     except TryLater as refused:
         return refused.answer
+
+
+async def _cancel_all(ahead: Ahead) -> None:
+    """Stop the chunks answered ahead of the last commit (their lines run again on resume, if ever)."""
+    for _, answering in ahead:
+        answering.cancel()
+    await asyncio.gather(*(answering for _, answering in ahead), return_exceptions=True)
+    ahead.clear()
 
 
 def _log_stop(task: asyncio.Task[None]) -> None:

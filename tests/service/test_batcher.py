@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.batcher import Batcher, BatchPolicy, RowOutputs, choose_rows
+from service.batcher import SPARE_BATCH_SCALE, Batcher, BatchPolicy, RowOutputs, choose_rows
 from service.errors import InferenceError, NotReady, Overloaded, PayloadTooLarge, RequestTimeout
 from service.runtime import Worker
 from service.settings import Settings
@@ -325,7 +325,7 @@ def test_background_rows_wait_for_online_ones_and_have_no_deadline() -> None:
     assert order == [1, 20, 21, 10, 11, 12]  # queued later, the online rows still ran first
 
 
-def test_background_batches_stay_short_while_online_rows_keep_coming() -> None:
+def test_background_batches_stay_short_beside_online_rows_and_grow_past_the_batch_size_without_them() -> None:
     harness = make(limits(max_batch_size=8, max_wait_s=0.0), start=False)
 
     async def main() -> None:
@@ -334,8 +334,8 @@ def test_background_batches_stay_short_while_online_rows_keep_coming() -> None:
         await harness.batcher.run([seq([1])])  # online just now
         await harness.batcher.run([seq([10 + k]) for k in range(8)], spare=True)
         await asyncio.sleep(0.3)  # no online row for longer than ONLINE_RECENT_S
-        await harness.batcher.run([seq([30 + k]) for k in range(8)], spare=True)
+        await harness.batcher.run([seq([30 + k]) for k in range(40)], spare=True)
 
     harness.run(main)
     sizes = [batch.input_ids.shape[0] for batch in harness.runner.batches]
-    assert sizes == [1, 2, 2, 2, 2, 8]
+    assert sizes == [1, 2, 2, 2, 2, 8 * SPARE_BATCH_SCALE, 40 - 8 * SPARE_BATCH_SCALE]

@@ -1,0 +1,124 @@
+"""The batch runner over a real store, with a line call of the test's own in place of the routes: chunks answered
+ahead of the last commit, committed in order, and stopped by a cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from service.batch.records import CANCELLED, COMPLETED
+from service.batch.runner import CHUNKS_AHEAD, Answer, BatchRunner
+from service.batch.store import BatchStore
+from service.core import ServiceCore
+from service.settings import Settings
+
+OWNER, URL, CHUNK = "owner", "/v1/embeddings", 4
+
+
+class HeldCalls:
+    """A line call that answers line k only once the test lets lines below k through; it notes which lines are in
+    flight and how many calls were cancelled."""
+
+    def __init__(self) -> None:
+        self.in_flight: set[int] = set()
+        self.most_in_flight = 0
+        self.cancelled = 0
+        self.below = 0
+        self.moved = asyncio.Condition()
+
+    async def release_below(self, number: int) -> None:
+        async with self.moved:
+            self.below = number
+            self.moved.notify_all()
+
+    async def __call__(self, url: str, body: Any) -> Answer:
+        number = int(body["input"].split()[1])
+        self.in_flight.add(number)
+        self.most_in_flight = max(self.most_in_flight, len(self.in_flight))
+        try:
+            async with self.moved:
+                await self.moved.wait_for(lambda: number < self.below)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.in_flight.discard(number)
+        return Answer(200, {"echo": body["input"]})
+
+
+async def wait_for_lines_in_flight(calls: HeldCalls, count: int) -> None:
+    async with asyncio.timeout(5):
+        while len(calls.in_flight) < count:
+            await asyncio.sleep(0.001)
+
+
+def store_with_batch(tmp_path: Path, lines: int) -> tuple[BatchStore, ServiceCore, str]:
+    settings = Settings(data_dir=tmp_path, batch_chunk_lines=CHUNK)
+    store = BatchStore(tmp_path, settings)
+    content = "".join(
+        json.dumps({"custom_id": f"line-{k}", "method": "POST", "url": URL, "body": {"input": f"text {k}"}}) + "\n"
+        for k in range(lines)
+    )
+    upload = store.add_upload(OWNER, "input.jsonl", "batch", io.BytesIO(content.encode()))
+    batch = store.create_batch(OWNER, upload.id, URL, "24h", None)
+    return store, ServiceCore(settings, engines={}), batch.id
+
+
+def output_ids(store: BatchStore, batch_id: str) -> list[str]:
+    batch = store.batch(batch_id)
+    if batch.output_file_id is None:
+        return []
+    lines = store.path_of(batch.output_file_id).read_text().splitlines()
+    return [json.loads(line)["custom_id"] for line in lines]
+
+
+def test_chunks_are_answered_ahead_and_committed_in_order(tmp_path: Path) -> None:
+    lines = 3 * CHUNK + 1
+    store, core, batch_id = store_with_batch(tmp_path, lines)
+    calls = HeldCalls()
+
+    async def main() -> None:
+        running = asyncio.create_task(
+            BatchRunner(store, core, calls, busy=lambda: False).run_batch(store.batch(batch_id))
+        )
+        await wait_for_lines_in_flight(calls, CHUNKS_AHEAD * CHUNK)
+        assert store.batch(batch_id).done_lines == 0  # the next chunk's lines went out before the first commit
+        await calls.release_below(CHUNK + 1)  # the first chunk and one line of the second
+        async with asyncio.timeout(5):
+            while store.batch(batch_id).done_lines < CHUNK:
+                await asyncio.sleep(0.001)
+        await wait_for_lines_in_flight(calls, CHUNKS_AHEAD * CHUNK - 1)  # the third chunk went out after the commit
+        assert store.batch(batch_id).done_lines == CHUNK
+        await calls.release_below(lines)
+        await running
+
+    asyncio.run(main())
+    assert calls.most_in_flight == CHUNKS_AHEAD * CHUNK
+    batch = store.batch(batch_id)
+    assert (batch.status, batch.completed, batch.failed) == (COMPLETED, lines, 0)
+    assert output_ids(store, batch_id) == [f"line-{k}" for k in range(lines)]
+    store.close()
+
+
+def test_a_cancel_after_a_commit_stops_the_chunk_answered_ahead(tmp_path: Path) -> None:
+    store, core, batch_id = store_with_batch(tmp_path, 4 * CHUNK)
+    calls = HeldCalls()
+
+    async def main() -> None:
+        running = asyncio.create_task(
+            BatchRunner(store, core, calls, busy=lambda: False).run_batch(store.batch(batch_id))
+        )
+        await wait_for_lines_in_flight(calls, CHUNKS_AHEAD * CHUNK)
+        store.cancel(OWNER, batch_id)
+        await calls.release_below(CHUNK)
+        await running
+
+    asyncio.run(main())
+    assert calls.cancelled == CHUNK  # the second chunk's lines, in flight when the first was committed
+    batch = store.batch(batch_id)
+    assert (batch.status, batch.completed, batch.done_lines) == (CANCELLED, CHUNK, CHUNK)
+    assert output_ids(store, batch_id) == [f"line-{k}" for k in range(CHUNK)]
+    store.close()
