@@ -25,7 +25,6 @@ import asyncio
 import functools
 import hmac
 import logging
-import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
 
 
 logger = logging.getLogger(__name__)
-TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"  # read by the tokenizers library at each call
 
 
 def load_engines(
@@ -260,7 +258,6 @@ class ServiceCore:
         """``engines``: already loaded engines (else ``load`` reads ``settings``' models); ``broken``: bundles
         skipped when they were loaded (``skip_broken``), name -> reason."""
         self.settings = settings
-        os.environ[TOKENIZERS_PARALLELISM] = "true" if settings.tokenizer_parallelism else "false"
         self.metrics = ServiceMetrics()
         self.executor = ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix="bertserve-prepare")
         self.registry = ModelRegistry({})

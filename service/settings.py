@@ -161,12 +161,6 @@ class Settings(BaseSettings):
         "without it a broken bundle stops start-up.",
     )
     prepare_threads: int = Field(default=2, ge=1, description="Threads that tokenize requests off the event loop.")
-    tokenizer_parallelism: bool = Field(
-        default=False,
-        description="Let the tokenizers library spread one call's texts over a thread pool of its own "
-        "(TOKENIZERS_PARALLELISM). Off by default: that pool's threads wake and spin for every call, taking CPU "
-        "from the model on a small machine (benchmarks/results/ab/issue46-tokenizer-parallelism-*.md).",
-    )
     prepare_inline_chars: int = Field(
         default=1024,
         ge=0,

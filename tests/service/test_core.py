@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -77,7 +76,7 @@ def test_a_megabyte_tokenize_is_refused_and_a_calm_client_does_not_wait(text_cla
     waiting behind it. Now: 413 after at most the token cap's worth of tokenizing, on a prepare thread."""
     port = free_port()
     settings = Settings(models=[f"m={text_classification_model.bundle}"], intra_op_threads=1, port=port)
-    text = ("the film was great and the music was good " * 24_000)[:1_000_000]
+    text = ("the film was great and the music was good " * 24_000)[: 1_000_000]
     with real_server(settings) as url, httpx.Client(base_url=url, timeout=30) as calm:
         body = {"inputs": "a quiet request"}
         alone = [timed(lambda: calm.post("/v1/text-classification", json=body)) for _ in range(20)]
@@ -111,14 +110,3 @@ def test_tei_helpers_of_a_model_not_loaded_are_404(route: str, text_classificati
     body = {"inputs": "x", "model": "other"} if route == "/tokenize" else {"ids": [5], "model": "other"}
     with ready_app_client(settings) as client:
         assert client.post(route, json=body).status_code == 404
-
-
-@pytest.mark.parametrize(("parallelism", "variable"), [(False, "false"), (True, "true")])
-def test_the_core_sets_the_tokenizers_thread_pool_from_its_settings(
-    parallelism: bool, variable: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from service.core import TOKENIZERS_PARALLELISM, ServiceCore
-
-    monkeypatch.setenv(TOKENIZERS_PARALLELISM, "unset by the test")
-    ServiceCore(Settings(tokenizer_parallelism=parallelism), engines={})
-    assert os.environ[TOKENIZERS_PARALLELISM] == variable
