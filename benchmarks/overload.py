@@ -7,10 +7,12 @@ For each load (``benchmarks.overload_loads``: ``short``, ``qa-long``, ``embeddin
 multiple sends requests open-loop at that multiple of the capacity for ``--duration`` seconds over at most
 ``--max-connections`` keep-alive connections, opened and answered once before the load as a client pool's would
 be (``--no-preconnect``: opened during the burst). A send due while every connection is busy is skipped and
-counted (``client_skipped``): the client never queues without bound. Reported per run (``overload_report``):
+counted (``client_skipped``): the client never queues without bound. ``--storm-concurrency N`` adds a run of N
+closed-loop clients that send again at once after a 429 (Retry-After ignored). Reported per run (``overload_report``):
 goodput against capacity, p50/p99 of the admitted (200) requests against the deadline, the answers by status
 (200, 429, 413, 5xx), Retry-After of the 429s, connection errors, the server's RSS before the load and at 10 %
-(start), 50 % and the end of it, the load average at start and end, and whether the targets hold.
+(start), 50 % and the end of it, the load average at start and end, the server's refusals by stage
+(``bertserve_shed_requests_total``: before tokenizing, or by the batcher after it), and whether the targets hold.
 
     python -m benchmarks.overload --load all --duration 120                 # every load, models found or built
     python -m benchmarks.overload --load qa-long --model qa=models/qa --duration 120
@@ -30,12 +32,15 @@ import os
 import shlex
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from benchmarks import servers
 from benchmarks.datasets import RESULTS_DIR, SCRATCH_DIR
-from benchmarks.overload_client import closed_loop, open_loop, rss_bytes, wait_idle
+from benchmarks.overload_client import closed_loop, no_backoff_after_429, open_loop, rss_bytes, wait_idle
 from benchmarks.overload_loads import (
     LOADS,
     LONG_LOADS,
@@ -131,7 +136,7 @@ async def measure_load(
     for factor in args.overload:
         settled = await wait_idle(server.pid, args.settle_s)  # what the previous phase left running ends first
         rss = {"before_load": rss_bytes(server.pid)}
-        at_start = load_average()
+        at_start, shed_before = load_average(), shed_counts(port)
 
         def sample(name: str, into: dict[str, int] = rss) -> Any:
             return lambda: into.__setitem__(name, rss_bytes(server.pid))
@@ -145,11 +150,52 @@ async def measure_load(
         rss.setdefault("middle", rss["start"])
         rss["end"] = rss_bytes(server.pid)
         run = summarise_run(tally, started, args.duration, capacity["answers_per_s"], factor, args.deadline, rss)
-        run["load_avg"] = {"start": at_start, "end": load_average()}
-        run["waited_for_idle_s"] = settled
+        run.update(load_avg={"start": at_start, "end": load_average()}, waited_for_idle_s=settled)
+        run["shed"] = shed_delta(port, shed_before)
         log.info("%s at %gx: %s, goodput %s answers/s", load.name, factor, run["by_class"], run["goodput_rps"])
         runs.append(run)
+    if args.storm_concurrency:
+        runs.append(await retry_storm(args, load, bodies, server, port, capacity["answers_per_s"]))
     return capacity, runs
+
+
+async def retry_storm(
+    args: argparse.Namespace, load: LoadSpec, bodies: list[bytes], server: servers.Server, port: int, capacity: float
+) -> dict[str, Any]:
+    """``--storm-concurrency`` closed-loop clients that send again at once after a 429 (Retry-After ignored), for
+    ``--duration`` s: goodput from 10 % of the run to its end, as an overload run's."""
+    settled = await wait_idle(server.pid, args.settle_s)
+    rss, at_start, shed_before = {"start": rss_bytes(server.pid)}, load_average(), shed_counts(port)
+    started = time.perf_counter()
+    warmup = RSS_START_FRACTION * args.duration
+    _, tally = await closed_loop("127.0.0.1", port, load.path, bodies, args.storm_concurrency, warmup,
+                                 args.duration - warmup, args.timeout, 1.0, no_backoff_after_429)  # fmt: skip
+    rss["end"] = rss_bytes(server.pid)
+    factor = args.storm_concurrency  # stands for the run in the report: its label says what it is
+    run = summarise_run(tally, started, args.duration, capacity, factor, args.deadline, rss)
+    run.update(load_avg={"start": at_start, "end": load_average()}, waited_for_idle_s=settled)
+    run.update(storm_concurrency=args.storm_concurrency, shed=shed_delta(port, shed_before))
+    log.info("%s, %d clients ignoring Retry-After: %s, goodput %s answers/s", load.name, args.storm_concurrency,
+             run["by_class"], run["goodput_rps"])  # fmt: skip
+    return run
+
+
+SHED_LINE = "bertserve_shed_requests_total{"
+
+
+def shed_counts(port: int) -> Counter[str]:
+    """The server's refused or dropped requests by reason (``bertserve_shed_requests_total``), all models."""
+    counts: Counter[str] = Counter()
+    for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text.splitlines():
+        if line.startswith(SHED_LINE) and 'reason="' in line:
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            counts[reason] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def shed_delta(port: int, before: Counter[str]) -> dict[str, int]:
+    after = shed_counts(port)
+    return {reason: after[reason] - before[reason] for reason in after if after[reason] != before[reason]}
 
 
 def run_load(args: argparse.Namespace, name: str, models: dict[str, tuple[str, Path]]) -> dict[str, Any]:
@@ -190,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--measure-s", type=float, default=None, help="capacity window (default: the load's)")
     parser.add_argument("--measure-warmup-s", type=float, default=None, help="warm-up before it (default: the load's)")
     parser.add_argument("--measure-concurrency", type=int, default=32, help="clients of the capacity measurement")
+    parser.add_argument(
+        "--storm-concurrency", type=int, default=0,
+        help="after the overload runs, this many closed-loop clients that ignore Retry-After (0: none)",
+    )  # fmt: skip
     parser.add_argument(
         "--settle-s", type=float, default=60.0,
         help="before each overload run, wait (at most this long) for the server's CPU to go idle",

@@ -167,6 +167,11 @@ def backoff_s(answer: Answer | None) -> float:
     return 0.05
 
 
+def no_backoff_after_429(answer: Answer | None) -> float:
+    """A client that ignores Retry-After: sends again at once after a 429 (``backoff_s`` otherwise)."""
+    return 0.0 if answer is not None and answer.status == 429 else backoff_s(answer)
+
+
 def throughput_between(finished: list[float], start: float, end: float) -> float | None:
     """Answers/s in steady state from completion times: the answers after the last completion at or before
     ``start`` up to the last completion at or before ``end``, over the time between those two completions.
@@ -197,6 +202,7 @@ async def closed_loop(
     seconds: float,
     timeout_s: float = 60.0,
     min_seconds_cap: float = 3.0,
+    backoff: Callable[[Answer | None], float] = backoff_s,
 ) -> tuple[float | None, Tally]:
     """``concurrency`` clients each keeping one request in flight: answers/s (200) between ``warmup_s`` and
     ``warmup_s + seconds`` by ``throughput_between``; the loop runs on (up to ``min_seconds_cap`` x longer) until
@@ -214,7 +220,7 @@ async def closed_loop(
             while not stop.is_set():
                 answer = await send_one(connection, path, bodies[sent % len(bodies)], timeout_s, tally)
                 sent += concurrency
-                await asyncio.sleep(backoff_s(answer))
+                await asyncio.sleep(backoff(answer))
         finally:
             connection.close()
 

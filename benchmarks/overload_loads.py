@@ -6,6 +6,7 @@
 | qa-long | /v1/question-answering | a SQuAD dev question on a 20-70 KB context: its own paragraph among others |
 | embeddings-long | /v1/embeddings | 32 documents of ~512 tokens (510 + [CLS] and [SEP]) cut from WikiText-2 valid |
 | ner-long | /v1/token-classification | a 5 KB text: consecutive CoNLL-2003 valid sentences |
+| classify-512 | /v1/text-classification | one WikiText-2 valid document of 512 tokens (for BERT-base at full length) |
 
 Each load's model is the bundle given as ``ROLE=PATH``, else the first that exists of: the full-data bundle of
 ``make accuracy`` (``runs/accuracy/bundles``), the recipe bundle of ``make bench`` (``benchmarks/scratch/bundles``),
@@ -64,6 +65,8 @@ LOADS: dict[str, LoadSpec] = {
                                 "32 WikiText-2 documents of ~512 tokens", 40, 15, 64),
     "ner-long": LoadSpec("ner-long", "ner", "/v1/token-classification",
                          "a 5 KB text of consecutive CoNLL-2003 valid sentences", 30, 10, 400),
+    "classify-512": LoadSpec("classify-512", "sst2", "/v1/text-classification",
+                             "one WikiText-2 valid document of 512 tokens", 30, 10, 64),
 }  # fmt: skip
 LONG_LOADS = ("qa-long", "embeddings-long", "ner-long")
 
@@ -208,6 +211,9 @@ def request_bodies(load: LoadSpec, model: str, tokenizer: Tokenizer, pool: int |
             {"model": model, "input": [documents[(start + k) % len(documents)] for k in range(EMBEDDING_DOCUMENTS)]}
             for start in range(min(count, len(documents)))
         ]
+    elif load.name == "classify-512":
+        documents = texts_of_tokens(tokenizer, wikitext_text(), EMBEDDING_TOKENS, count)
+        bodies = [{"model": model, "inputs": document, "truncation": True} for document in documents]
     else:
         raise ValueError(f"unknown load {load.name!r}; known: {sorted(LOADS)}")
     random.Random(0).shuffle(bodies)

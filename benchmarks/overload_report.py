@@ -123,6 +123,16 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def run_label(run: dict[str, Any]) -> str:
+    if "storm_concurrency" in run:
+        return f"c={run['storm_concurrency']}, Retry-After ignored"
+    return f"{run['overload']:g}x"
+
+
+def _due(run: dict[str, Any]) -> str:
+    return "closed loop" if "storm_concurrency" in run else f"{run['rate_rps']:.2f}"
+
+
 def load_markdown(name: str, entry: dict[str, Any]) -> list[str]:
     capacity, load = entry["capacity"], entry["load"]
     bodies = load["bodies"]
@@ -146,7 +156,7 @@ def load_markdown(name: str, entry: dict[str, Any]) -> list[str]:
     for run in entry["runs"]:
         c, rss = run["by_class"], run["rss_bytes"]
         lines.append(
-            f"| {run['overload']:g}x | {run['rate_rps']:.2f} | {run['sent_rps']:.2f} | {_s(run['goodput_rps'])} | "
+            f"| {run_label(run)} | {_due(run)} | {run['sent_rps']:.2f} | {_s(run['goodput_rps'])} | "
             f"{_ratio(run['goodput_vs_capacity'])} | {_s(run['admitted_p50_s'])} | {_s(run['admitted_p99_s'])} | "
             f"{c['200']} | {c['429']} | {c['413']} | {c['5xx']} | {c['connection_error'] + c['client_timeout']} | "
             f"{c['client_skipped']} | {_mib(rss['start'])} -> {_mib(rss['end'])} ({100 * run['rss_growth']:+.1f} %) | "
@@ -156,9 +166,10 @@ def load_markdown(name: str, entry: dict[str, Any]) -> list[str]:
     for run in entry["runs"]:
         missed = [target for target, met in run["targets"].items() if not met]
         lines.append(
-            f"- {run['overload']:g}x for {run['duration_s']:.0f} s: Retry-After of the 429s (s: count) "
+            f"- {run_label(run)} for {run['duration_s']:.0f} s: Retry-After of the 429s (s: count) "
             f"{run['retry_after_s'] or '-'}; other statuses {run['statuses']}; connection errors "
-            f"{run['connection_errors']['kinds'] or 'none'}; targets missed: {', '.join(missed) or 'none'}."
+            f"{run['connection_errors']['kinds'] or 'none'}; refused or dropped by stage {run.get('shed', '-')}; "
+            f"targets missed: {', '.join(missed) or 'none'}."
         )
     return [*lines, ""]
 

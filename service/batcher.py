@@ -130,7 +130,7 @@ def choose_rows(lengths: list[int], max_tokens: int, max_size: int, overhead_tok
 # rest is headroom for the rate estimate's error and for the batches already running.
 ADMIT_WITHIN = 0.4
 RATE_SMOOTHING = 0.2  # weight of the newest batch in the seconds-per-token average
-SHED_REASONS = ("queue_full", "over_budget", "too_big", "expired")
+SHED_REASONS = ("before_tokenizing", "queue_full", "over_budget", "too_big", "expired")
 # Background rows have no deadline to keep: their batches are grouped from this many times more rows (fewer pads).
 SPARE_LOOKAHEAD = 4
 # Within this long of the last online rows, a background batch takes at most 1/this of the batch size: an online row

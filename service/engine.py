@@ -26,12 +26,13 @@ from contract.bundle import Bundle, BundleError, read_bundle
 from contract.tasks import task_spec
 from service.batcher import Batcher, BatchPolicy, RowOutputs
 from service.device import CPU, Device, DeviceUnavailable, resolve_device
-from service.errors import BadRequest, NotReady, PayloadTooLarge, RequestTimeout
+from service.errors import BadRequest, NotReady, Overloaded, PayloadTooLarge, RequestTimeout
 from service.prepare_stage import (
     MAX_TOKENS_PER_CHAR,
     Stage,
-    admitted,
+    TokenYield,
     check_token_cap,
+    holding,
     ledger_of,
     run_admitted,
     seed_rate,
@@ -168,6 +169,7 @@ class Engine:
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix=f"prepare-{name}")
         self._ledger = ledger_of(self._executor, settings.prepare_threads)
+        self._token_yield = TokenYield()
         self._started = False
         self._warmed_up = False
         self._stopping = False
@@ -322,8 +324,19 @@ class Engine:
         chars = sum(len(text) for text in texts)
         if chars <= self.settings.prepare_inline_chars:
             return await self._infer(inputs, params, texts, chars, deadline, budget, None, background)
-        async with admitted(self._ledger, chars, self.batcher.seconds_ahead(), budget) as stage:
+        try:
+            self._ledger.admit(chars, self.batcher.seconds_ahead(), budget, self._model_seconds_of(chars))
+        except (Overloaded, PayloadTooLarge):
+            self.batcher.shed["before_tokenizing"] += 1
+            raise
+        async with holding(self._ledger, chars) as stage:
             return await self._infer(inputs, params, texts, chars, deadline, budget, stage, background)
+
+    def _model_seconds_of(self, chars: int) -> float:
+        """The model time a long request of ``chars`` characters is expected to take (0 until measured)."""
+        tokens = self._token_yield.tokens(chars)
+        seconds = None if tokens is None else self.batcher.estimate_seconds(tokens, self.batcher.parallel_runs)
+        return seconds or 0.0
 
     async def _infer(
         self,
@@ -345,6 +358,8 @@ class Engine:
         except InputError as exc:
             raise BadRequest(str(exc)) from exc
         sequences = [seq for item in prepared for seq in item.sequences]
+        if stage is not None:
+            self._token_yield.observe(chars, sum(len(seq) for seq in sequences))
         if spans is not None:
             spans.append(("admission", deadline - budget, preparing, {"bertserve.characters": chars}))
             spans.append(("tokenize", preparing, time.perf_counter(), {"bertserve.sequences": len(sequences)}))

@@ -163,7 +163,8 @@ class EngineCollector:
     def collect(self) -> Iterator[Metric]:
         shed = CounterMetricFamily(
             "bertserve_shed_requests",
-            "Requests refused or dropped before their rows ran, by reason (queue_full: row cap; over_budget: the "
+            "Requests refused or dropped before their rows ran, by reason (before_tokenizing: a long request the "
+            "tokenizing stage refused; queue_full: row cap; over_budget: the "
             "queued work would not end in time; too_big: the request alone would not; expired: deadline passed "
             "while queued)",
             labels=[*MODEL_LABELS, "reason"],

@@ -59,9 +59,11 @@ class PrepareLedger:
             if self.seconds_per_char is None and chars > 0:
                 self.seconds_per_char = SEED_MARGIN * seconds / chars
 
-    def admit(self, chars: int, model_seconds_ahead: float, timeout_s: float) -> None:
-        """Count ``chars`` in, or raise Overloaded (429) / PayloadTooLarge (413) without counting them. The request's
-        own model work is left to the batcher, which weighs its exact tokens once they exist."""
+    def admit(self, chars: int, model_seconds_ahead: float, timeout_s: float, own_model_s: float = 0.0) -> None:
+        """Count ``chars`` in, or raise Overloaded (429) / PayloadTooLarge (413) without counting them.
+        ``own_model_s``: the request's own model work, estimated from its characters (``TokenYield``); it counts
+        towards a 429, so that a request the batcher would refuse once tokenized is refused before, but never makes a
+        413: the batcher weighs the exact tokens once they exist."""
         with self._lock:
             per_char = self.seconds_per_char
             if per_char is not None:
@@ -78,12 +80,12 @@ class PrepareLedger:
                 # until the stage has timed its own work, a seeded rate only admits one request per thread: a first
                 # burst is decided before any of it ends, and a seed can be off several times for a task's inputs
                 calibrating = self.measured < self.threads and self.pending_chars > 0
-                if calibrating or ahead + own > budget:
+                if calibrating or ahead + own + own_model_s > budget:
                     self.refused += 1
                     raise Overloaded(
                         f"about {ahead:.1f} s of tokenizing and model work is waiting; this request would not end "
                         f"within its {timeout_s:.3g} s deadline",
-                        retry_after_s=max(1, math.ceil(ahead + own - budget)),
+                        retry_after_s=max(1, math.ceil(ahead + own + own_model_s - budget)),
                     )
             self.pending_chars += chars
 
@@ -97,6 +99,23 @@ class PrepareLedger:
                 self.seconds_per_char = (
                     measured if known is None else ((1 - RATE_SMOOTHING) * known + RATE_SMOOTHING * measured)
                 )
+
+
+class TokenYield:
+    """Model tokens (the rows' tokens, windows' overlaps included) per character of one model's long requests, as
+    measured on the requests it prepared."""
+
+    def __init__(self) -> None:
+        self.per_char: float | None = None
+
+    def observe(self, chars: int, tokens: int) -> None:
+        if chars > 0:
+            measured, known = tokens / chars, self.per_char
+            self.per_char = measured if known is None else (1 - RATE_SMOOTHING) * known + RATE_SMOOTHING * measured
+
+    def tokens(self, chars: int) -> int | None:
+        """The tokens ``chars`` characters are expected to make (None until measured)."""
+        return None if self.per_char is None else round(chars * self.per_char)
 
 
 _LEDGERS: weakref.WeakKeyDictionary[ThreadPoolExecutor, PrepareLedger] = weakref.WeakKeyDictionary()
@@ -132,17 +151,24 @@ class Stage:
 
 
 @contextlib.asynccontextmanager
-async def admitted(
-    ledger: PrepareLedger, chars: int, model_seconds_ahead: float, timeout_s: float
-) -> AsyncIterator[Stage]:
-    """Admit a long request's ``chars`` (429 / 413 before any work); they stay counted until the request ends, and
-    its measured CPU work (tokenizing and decoding) updates the rate."""
-    ledger.admit(chars, model_seconds_ahead, timeout_s)
+async def holding(ledger: PrepareLedger, chars: int) -> AsyncIterator[Stage]:
+    """An admitted request's ``chars``, counted until the request ends; its measured CPU work (tokenizing and
+    decoding) updates the rate."""
     stage = Stage()
     try:
         yield stage
     finally:
         ledger.done(chars, stage.seconds if stage.timed else None)
+
+
+@contextlib.asynccontextmanager
+async def admitted(
+    ledger: PrepareLedger, chars: int, model_seconds_ahead: float, timeout_s: float
+) -> AsyncIterator[Stage]:
+    """Admit a long request's ``chars`` (429 / 413 before any work), then hold them (``holding``)."""
+    ledger.admit(chars, model_seconds_ahead, timeout_s)
+    async with holding(ledger, chars) as stage:
+        yield stage
 
 
 async def run_admitted(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.overload import deadline_of, model_paths, selected_loads
-from benchmarks.overload_client import Answer, Tally, backoff_s, throughput_between
+from benchmarks.overload_client import Answer, Tally, backoff_s, no_backoff_after_429, throughput_between
 from benchmarks.overload_report import (
     all_targets_met,
     markdown,
@@ -104,6 +104,23 @@ def test_closed_loop_clients_back_off_on_429() -> None:
     assert backoff_s(Answer(429, "30")) == 1.0  # capped
     assert 0 < backoff_s(Answer(503, None)) < 0.5
     assert 0 < backoff_s(None) < 0.5  # a connection error
+
+
+def test_storm_clients_ignore_retry_after_and_their_run_is_labelled() -> None:
+    assert no_backoff_after_429(Answer(429, "30")) == 0.0
+    assert no_backoff_after_429(Answer(503, None)) == backoff_s(Answer(503, None)) > 0
+    finished = [100.0 + k for k in range(1, 21)]
+    run = summarise_run(tally_of(finished, [0.5] * 20, {"429": 900}), 100.0, 20.0, 1.0, 32, 5.0,
+                        {"start": 100, "end": 100})  # fmt: skip
+    run.update(storm_concurrency=32, shed={"before_tokenizing": 880, "over_budget": 20}, load_avg={
+        "start": [1.0], "end": [2.0]})  # fmt: skip
+    entry = {"command": "c", "server_args": "", "deadline_s": 5.0, "runs": [run], "capacity": {
+        "concurrency": 32, "answers_per_s": 1.0, "source": "s", "statuses": {}}, "load": {
+        "path": "/v1/x", "what": "w", "model": "m", "max_length": 512, "bodies": {"distinct_bodies": 1, "body_bytes": {
+            "min": 1, "max": 2}, "text_tokens_per_request": {"min": 1, "max": 2}}}}  # fmt: skip
+    report = markdown({"loads": {"classify-512": entry}})
+    assert "| c=32, Retry-After ignored | closed loop |" in report
+    assert "{'before_tokenizing': 880, 'over_budget': 20}" in report
 
 
 def test_merge_keeps_loads_not_run_now() -> None:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from service.errors import Overloaded, PayloadTooLarge
-from service.prepare_stage import PrepareLedger, ledger_of, run_admitted
+from service.prepare_stage import PrepareLedger, TokenYield, ledger_of, run_admitted
 from service.settings import Settings
 from tests.service.apptools import free_port, real_server
 from tests.service.tiny_models import TinyModel
@@ -36,7 +36,10 @@ def test_a_flood_of_long_contexts_gets_no_504(tiny_models: dict[str, TinyModel])
 
     with real_server(settings) as url:
         statuses, retry_after = asyncio.run(flood(url))
+        metrics = httpx.get(f"{url}/metrics").text
     assert set(statuses) <= {200, 429, 413}, statuses
+    before = [line for line in metrics.splitlines() if 'reason="before_tokenizing"' in line and "_total" in line]
+    assert before and float(before[0].split()[-1]) > 0, before  # refused at the door, not after a tokenization
     assert statuses[429] > 0 and statuses[200] > 0, statuses  # the stage was full, and it kept serving
     assert all(value.isdigit() and int(value) >= 1 for value in retry_after)
 
@@ -66,6 +69,29 @@ def test_the_ledger_refuses_what_would_wait_past_the_deadline_and_what_alone_can
         ledger.admit(500_000, 0.0, 1.0)  # 0.5 s alone
     ledger.done(300_000, 0.6)  # measured 2 us per character: the rate moves toward it
     assert ledger.pending_chars == 0 and 1e-6 < (ledger.seconds_per_char or 0) < 2e-6
+
+
+def test_a_requests_own_model_work_refuses_it_before_tokenizing_but_never_makes_a_413() -> None:
+    ledger = PrepareLedger(threads=1)
+    ledger.seed(1_000_000, 0.5)  # 1 us per character (the seed is doubled)
+    ledger.done(0, None)
+    ledger.measured = 1  # past calibration
+    ledger.admit(100_000, 0.1, 1.0, own_model_s=0.15)  # 0.1 s tokenizing + 0.1 s queued + 0.15 s: within 0.4 s
+    ledger.done(100_000, None)
+    with pytest.raises(Overloaded) as refused:
+        ledger.admit(100_000, 0.1, 1.0, own_model_s=0.25)  # 0.45 s: the batcher would refuse it once tokenized
+    assert refused.value.retry_after_s == 1 and ledger.pending_chars == 0
+    with pytest.raises(Overloaded):
+        ledger.admit(100_000, 0.0, 1.0, own_model_s=5.0)  # an estimate alone is never a 413: it may be off
+
+
+def test_the_token_yield_is_measured_from_prepared_requests() -> None:
+    tokens = TokenYield()
+    assert tokens.tokens(1000) is None
+    tokens.observe(4000, 1000)
+    assert tokens.tokens(1000) == 250
+    tokens.observe(1000, 500)  # a text that made more tokens: the estimate moves toward it
+    assert 250 < (tokens.tokens(1000) or 0) < 500
 
 
 def test_work_cancelled_before_it_starts_leaves_the_ledger() -> None:
