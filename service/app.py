@@ -158,7 +158,9 @@ def create_app(
         (route.path_regex, frozenset(route.methods or ())) for route in routes if isinstance(route, Route)
     ]
     app.add_middleware(InferenceEntry, routes=[(route, posted[route.path]) for route in INFERENCE_ROUTES])
-    app.add_middleware(ConcurrencyLimitMiddleware, permits=core.permits)
+    app.add_middleware(
+        ConcurrencyLimitMiddleware, permits=core.permits, enforce_retry_after=settings.enforce_retry_after
+    )
     app.add_middleware(
         BodyReadMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -224,18 +224,31 @@ class BodyReadMiddleware:
         return held + size
 
 
+RETRY_AFTER_GRACE_S = 0.1  # a client that waited Retry-After out is never early by clock rounding alone
+MAX_WATCHED_CONNECTIONS = 4096  # past this many, connections whose Retry-After has passed are forgotten
+
+
 class ConcurrencyLimitMiddleware:
-    """429 (with Retry-After) at once for a request over ``max_concurrent_requests`` in flight, before any model work.
+    """The door: 429 (with Retry-After) at once for a request over ``max_concurrent_requests`` in flight, before any
+    model work; and, with ``enforce_retry_after``, Retry-After kept per connection.
 
     It sits inside ``BodyReadMiddleware``: a request is counted once its body is complete, so a client that is slow
     to send holds no permit. GET, HEAD and OPTIONS requests (health, metrics, the model list, docs) are neither
     counted nor refused. The permit (the core's, shared with the other transports) is held until the app has answered
     (or failed).
+
+    Retry-After kept: a request sent on a connection before the Retry-After of that connection's last 429 has passed
+    waits out the rest of it, holding no permit and no CPU, and is then answered 429 unread. A client that retries at
+    once (ignoring Retry-After) thus sends one request per Retry-After, not thousands of refusals a second that each
+    cost the model the CPU of parsing a request. A connection is told apart by its client address and port (none
+    behind a trusted proxy, which reports port 0: then nothing is kept).
     """
 
-    def __init__(self, app: ASGIApp, permits: Permits) -> None:
+    def __init__(self, app: ASGIApp, permits: Permits, enforce_retry_after: bool = True) -> None:
         self.app = app
         self.permits = permits
+        self.enforce_retry_after = enforce_retry_after
+        self.retry_at: dict[tuple[str, int], float] = {}  # connection -> when its last 429's Retry-After ends
 
     @property
     def in_flight(self) -> int:
@@ -245,6 +258,12 @@ class ConcurrencyLimitMiddleware:
         if scope["type"] != "http" or scope["method"] in BODILESS_METHODS:
             await self.app(scope, receive, send)
             return
+        connection = _connection(scope) if self.enforce_retry_after else None
+        if connection is not None:
+            send = self._watching(connection, send)
+            if connection in self.retry_at and await self._waited_out(connection):
+                await send_error(send, RETRY_AFTER_IGNORED, scope["path"])
+                return
         permits = self.permits  # counted here inline: two calls into the core per request cost more than the count
         if permits.held >= permits.limit:
             await send_error(send, permits.refusal(), scope["path"])
@@ -254,3 +273,40 @@ class ConcurrencyLimitMiddleware:
             await self.app(scope, receive, send)
         finally:
             permits.held -= 1
+
+    async def _waited_out(self, connection: tuple[str, int]) -> bool:
+        """Whether the request came early (then it has now waited until its connection's Retry-After passed)."""
+        remaining = self.retry_at.pop(connection) - time.monotonic()
+        if remaining <= RETRY_AFTER_GRACE_S:
+            return False
+        await asyncio.sleep(remaining)
+        return True
+
+    def _watching(self, connection: tuple[str, int], send: Send) -> Send:
+        async def send_noting_retry_after(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 429:
+                value = header(message.get("headers", []), b"retry-after")
+                if value is not None and value.isdigit():
+                    self._remember(connection, time.monotonic() + int(value))
+            await send(message)
+
+        return send_noting_retry_after
+
+    def _remember(self, connection: tuple[str, int], until: float) -> None:
+        if len(self.retry_at) >= MAX_WATCHED_CONNECTIONS:
+            now = time.monotonic()
+            self.retry_at = {known: end for known, end in self.retry_at.items() if end > now}
+        self.retry_at[connection] = until
+
+
+RETRY_AFTER_IGNORED = Overloaded(
+    "this connection sent a request before the Retry-After of its last 429 had passed; it was held until then and "
+    "not read: wait Retry-After seconds after a 429 (enforce_retry_after)"
+)
+
+
+def _connection(scope: Scope) -> tuple[str, int] | None:
+    client = scope.get("client")
+    if not client or not client[1]:
+        return None
+    return (client[0], client[1])

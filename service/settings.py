@@ -155,6 +155,12 @@ class Settings(BaseSettings):
         "request gets 429 before any model work. Bounds waiting: an admitted request waits about this many "
         "requests / throughput.",
     )
+    enforce_retry_after: bool = Field(
+        default=True,
+        description="A request sent on a connection before the Retry-After of that connection's last 429 has passed "
+        "waits it out and is answered 429 unread: clients that retry at once cannot spend the model's CPU on "
+        "refusals.",
+    )
     skip_broken: bool = Field(
         default=False,
         description="Serve the good bundles when some cannot be loaded (listed with their reason in /v1/models); "

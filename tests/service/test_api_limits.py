@@ -135,6 +135,7 @@ def test_requests_over_the_in_flight_cap_get_429_at_once(text_classification_mod
             assert (await client.get("/health/ready")).status_code == 200  # probes are not counted
             gate.set()
             assert [response.status_code for response in await asyncio.gather(*held)] == [200, 200]
+            await asyncio.sleep(int(refused.headers["retry-after"]))  # as asked: the door keeps Retry-After
             assert (await client.post(route, json={"inputs": "three"})).status_code == 200  # permits came back
 
     asyncio.run(main())
