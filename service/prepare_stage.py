@@ -63,7 +63,7 @@ class PrepareLedger:
         """Count ``chars`` in, or raise Overloaded (429) / PayloadTooLarge (413) without counting them.
         ``own_model_s``: the request's own model work, estimated from its characters (``TokenYield``); it counts
         towards a 429, so that a request the batcher would refuse once tokenized is refused before, but never makes a
-        413: the batcher weighs the exact tokens once they exist."""
+        413 or a 429 on its own: the batcher weighs the exact tokens once they exist."""
         with self._lock:
             per_char = self.seconds_per_char
             if per_char is not None:
@@ -80,12 +80,15 @@ class PrepareLedger:
                 # until the stage has timed its own work, a seeded rate only admits one request per thread: a first
                 # burst is decided before any of it ends, and a seed can be off several times for a task's inputs
                 calibrating = self.measured < self.threads and self.pending_chars > 0
-                if calibrating or ahead + own + own_model_s > budget:
+                # an estimate alone never refuses: past the budget on its own the request is the batcher's to weigh
+                # on exact tokens (413 or not), so its model work is only counted when it could fit
+                own += own_model_s if own + own_model_s <= budget else 0.0
+                if calibrating or ahead + own > budget:
                     self.refused += 1
                     raise Overloaded(
                         f"about {ahead:.1f} s of tokenizing and model work is waiting; this request would not end "
                         f"within its {timeout_s:.3g} s deadline",
-                        retry_after_s=max(1, math.ceil(ahead + own + own_model_s - budget)),
+                        retry_after_s=max(1, math.ceil(ahead + own - budget)),
                     )
             self.pending_chars += chars
 
