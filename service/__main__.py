@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         access_log=False,  # the service writes its own line per request (service.metrics)
         log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
         timeout_graceful_shutdown=drain_seconds(settings),
+        timeout_keep_alive=settings.keep_alive_s,
         http=bounded_headers_protocol(settings.max_header_bytes),
     )
     GracefulServer(config, app).run()

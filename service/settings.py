@@ -105,6 +105,13 @@ class Settings(BaseSettings):
         "cannot); 504 if it still has not ended at the deadline.",
     )
     max_body_bytes: int = Field(default=1 << 20, ge=1, description="Largest request body (413 above it).")
+    keep_alive_s: int = Field(
+        default=75,
+        ge=1,
+        description="An idle keep-alive connection is closed after this many seconds. Longer than the idle expiry of "
+        "client pools and load balancers (httpx 5 s, aiohttp 15 s, AWS ALB 60 s): a server that closes first races "
+        "a client reusing the connection, which then sees it reset without an answer (uvicorn's 5 s did, under load).",
+    )
     body_timeout_s: float = Field(
         default=15.0,
         gt=0,
