@@ -17,16 +17,13 @@ import json
 import logging
 import os
 import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.datasets import REPO_ROOT, SCRATCH_DIR, shared_data_dir
-from benchmarks.random_bert import ensure_checkpoint
+from benchmarks.random_bert import ensure_checkpoint, run_measured
 from benchmarks.report import load_average, page, table, write_report
-from benchmarks.servers import OFFLINE_ENV
 
 log = logging.getLogger("benchmarks.lora_training")
 SCRATCH = SCRATCH_DIR / "lora-training"
@@ -43,22 +40,17 @@ def finetune(checkpoint: Path, mode: str, args: argparse.Namespace) -> dict[str,
         "--precision", "fp32", "--seed", "0", *MODES[mode],
     ]  # fmt: skip
     log_path = SCRATCH / "logs" / f"{checkpoint.name}-{mode}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}, stdout=log_file,
-                                   stderr=subprocess.STDOUT)  # fmt: skip
-        _, status, usage = os.wait4(process.pid, 0)
-    if status != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({status}): see {log_path}")
+    wall_s, peak_rss_bytes, returncode = run_measured(command, log_path)
+    if returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({returncode}): see {log_path}")
     report = json.loads((out / "metrics.json").read_text())
     found = TRAINABLE.search(log_path.read_text(errors="replace"))
     trainable = int(found.group(1).replace(",", "")) if found else None
     return {
         "size": checkpoint.name, "mode": mode, "steps": args.steps,
-        "process_wall_s": round(time.perf_counter() - started, 1),
+        "process_wall_s": round(wall_s, 1),
         "train_wall_s": report["wall_seconds"], "s_per_step": round(report["wall_seconds"] / args.steps, 3),
-        "peak_rss_mb": round(usage.ru_maxrss / 1024), "trainable_parameters": trainable,
+        "peak_rss_mb": round(peak_rss_bytes / 2**20), "trainable_parameters": trainable,
     }  # fmt: skip
 
 

@@ -131,10 +131,9 @@ def ensure_checkpoint(
     return time.perf_counter() - started
 
 
-def export(checkpoint: Path, bundle: Path, options: list[str], log_path: Path) -> ExportRun:
-    """``python -m model_export CHECKPOINT BUNDLE OPTIONS`` with its output in ``log_path``: wall time, peak RSS."""
-    command = [sys.executable, "-m", "model_export", str(checkpoint), str(bundle), *options]
-    log.info("exporting %s: %s", bundle.name, " ".join(command))
+def run_measured(command: list[str], log_path: Path) -> tuple[float, int, int]:
+    """Run ``command`` from the repository root, offline, its output in ``log_path``: its wall seconds, the peak RSS
+    bytes of that one child (``os.wait4``) and its exit code."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with log_path.open("wb") as log_file:
@@ -142,8 +141,14 @@ def export(checkpoint: Path, bundle: Path, options: list[str], log_path: Path) -
                                    stderr=subprocess.STDOUT)  # fmt: skip
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
-    wall = time.perf_counter() - started
-    run = ExportRun(command, wall, usage.ru_maxrss * 1024, process.returncode, str(log_path))
+    return time.perf_counter() - started, usage.ru_maxrss * 1024, process.returncode
+
+
+def export(checkpoint: Path, bundle: Path, options: list[str], log_path: Path) -> ExportRun:
+    """``python -m model_export CHECKPOINT BUNDLE OPTIONS`` with its output in ``log_path``: wall time, peak RSS."""
+    command = [sys.executable, "-m", "model_export", str(checkpoint), str(bundle), *options]
+    log.info("exporting %s: %s", bundle.name, " ".join(command))
+    run = ExportRun(command, *run_measured(command, log_path), str(log_path))
     if run.returncode != 0:
         tail = log_path.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"export of {bundle} failed ({run.returncode}):\n{tail}")
