@@ -58,8 +58,8 @@ def mask_probes(
     """Probes from ``lines``, in line order; deterministic.
 
     Word ``i`` of a line (``line.split()``) is masked when ``i % every == every - 1``, ``word.isalpha()``,
-    ``len(word) >= 2`` and the word encodes (without special tokens) to exactly one id, not the unknown
-    token's. The whole word is replaced by ``mask_token``. Skipped: lines with no such word, lines that
+    ``len(word) >= 2`` and the word, after a space as in the line (alone when it is the first), encodes
+    (without special tokens) to exactly one id, not the unknown token's. The whole word is replaced by ``mask_token``. Skipped: lines with no such word, lines that
     already contain ``mask_token``, and lines whose probe text encodes (with special tokens) to more than
     ``max_length`` ids: the service refuses those rather than truncating them. ``limit`` caps the number of
     probes returned.
@@ -77,11 +77,11 @@ def mask_probes(
     unknown_id = _unknown_token_id(tokenizer)
     single_ids: dict[str, int | None] = {}
 
-    def single_id(word: str) -> int | None:
-        if word not in single_ids:
-            ids = tokenizer.encode(word, add_special_tokens=False).ids
-            single_ids[word] = ids[0] if len(ids) == 1 and ids[0] != unknown_id else None
-        return single_ids[word]
+    def single_id(spelled: str) -> int | None:
+        if spelled not in single_ids:
+            ids = tokenizer.encode(spelled, add_special_tokens=False).ids
+            single_ids[spelled] = ids[0] if len(ids) == 1 and ids[0] != unknown_id else None
+        return single_ids[spelled]
 
     drafts: list[MaskProbe] = []
     for line in lines:
@@ -94,7 +94,9 @@ def mask_probes(
             word = words[index]
             if not (word.isalpha() and len(word) >= MIN_WORD_CHARS):
                 continue
-            token_id = single_id(word)
+            # spelled as in the line, after its space: byte-level BPE (RoBERTa, ModernBERT) has a token of its own
+            # for " word", the one a mask there stands for; WordPiece and SentencePiece spell both alike
+            token_id = single_id(f" {word}" if index else word)
             if token_id is None:
                 continue
             answers.append(token_id)
