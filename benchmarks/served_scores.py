@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import re
 import string
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +46,9 @@ PUBLISHED: dict[str, list[dict[str, Any]]] = {
 }  # fmt: skip
 
 
+MAX_429_RETRIES = 30
+
+
 @dataclass
 class Served:
     """One bertserve instance and model; a fresh HTTP client per call unless ``client`` is given.
@@ -59,12 +63,18 @@ class Served:
     client: httpx.Client | None = None
 
     def post(self, task: str, inputs: list[Any], input_field: str = "inputs", **params: Any) -> list[Any]:
+        """The results of one request; a 429 is retried after its Retry-After, as a client of the service should
+        (a scorer's burst right after start-up meets admission before the model's rate is measured)."""
         body = {"model": self.model, input_field: inputs, **params}
-        if self.client is not None:
-            response = self.client.post(f"/v1/{task}", json=body)
-        else:
-            with httpx.Client(base_url=self.base_url, timeout=self.timeout_s) as client:
-                response = client.post(f"/v1/{task}", json=body)
+        for _ in range(MAX_429_RETRIES):
+            if self.client is not None:
+                response = self.client.post(f"/v1/{task}", json=body)
+            else:
+                with httpx.Client(base_url=self.base_url, timeout=self.timeout_s) as client:
+                    response = client.post(f"/v1/{task}", json=body)
+            if response.status_code != 429:
+                break
+            time.sleep(float(response.headers.get("retry-after", "1")))
         response.raise_for_status()
         results: list[Any] = response.json()["results"]
         return results
