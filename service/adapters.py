@@ -1,11 +1,11 @@
 """LoRA adapters served over their base model's session: each adapter of a LoRA base bundle
 (``adapters/NAME.onnx_adapter``, written by ``model_export.lora``) is a model of its own, ``BASE:NAME``.
 
-An adapter's engine shares the base engine's ONNX Runtime session (the weights are held once; the adapter file's
-values replace the graph's zero LoRA factors and the head for its runs: ``OrtRunner.with_adapter``) and has its own
-queue, workers, labels, admission and metrics, so a batch never mixes adapters. (Its workers are gated as any
-engine's, not by one gate shared with the base's other adapters: a worker holds its gate while it waits for its own
-queue, so a shared gate would let one adapter's idle workers starve the others.)
+An adapter's engine has its own queue, labels, admission and metrics, so a batch never mixes adapters, and shares
+everything else with the base: the ONNX Runtime session (the weights are held once; the adapter file's values replace
+the graph's zero LoRA factors and the head for its runs: ``OrtRunner.with_adapter``) and the worker threads, which
+take the base's and its adapters' batches in turn (``service.runtime.Lanes``). An extra adapter costs its file and
+its queue, not threads of its own (each thread that runs the session keeps ~0.1 MB) or a session.
 """
 
 from __future__ import annotations
@@ -24,28 +24,24 @@ def adapter_name(base: str, adapter: str) -> str:
 
 
 def adapter_engine(base: Engine, adapter: AdapterFile) -> Engine:
-    """The engine serving ``adapter`` of ``base``'s bundle, named ``BASE:ADAPTER``."""
-    runner = base.pool.runner
-    if not isinstance(runner, OrtRunner):
+    """The engine serving ``adapter`` of ``base``'s bundle, named ``BASE:ADAPTER``: its own queue on the base's
+    workers and session."""
+    if not isinstance(base.pool.runner, OrtRunner):
         raise BundleError(adapter.path, "adapters need an ONNX Runtime session")
     spec = dataclasses.replace(base.bundle.spec, id2label=adapter.id2label)
     context = dataclasses.replace(base.context, id2label=dict(adapter.id2label))
-    make_base = base.pool.make_runner
 
-    def fresh() -> ModelRunner:
-        assert make_base is not None
-        replacement = make_base()
-        assert isinstance(replacement, OrtRunner)
-        return replacement.with_adapter(adapter.path)
+    def rebind(session: ModelRunner) -> ModelRunner:
+        assert isinstance(session, OrtRunner)
+        return session.with_adapter(adapter.path)
 
     try:
-        served = runner.with_adapter(adapter.path)
+        served = rebind(base.pool.runner)
     except Exception as exc:
         raise BundleError(adapter.path, f"the adapter cannot be loaded: {exc}") from exc
     engine = Engine(
         adapter_name(base.name, adapter.name), Bundle(base.bundle.path, spec), base.handler, context, served,
-        base.settings, base.executor, None, base.batching, base.settings.model_workers,
-        fresh if make_base is not None else None, base.device,
+        base.settings, base.executor, None, base.batching, len(base.workers), None, base.device, (base.pool, rebind),
     )  # fmt: skip
     engine.rate_of = base
     return engine

@@ -196,14 +196,21 @@ def _expire(request: PendingRequest, timeout_s: float | None) -> None:
 
 class Batcher:
     def __init__(
-        self, policy: BatchPolicy, name: str = "model", workers: int = 1, parallel_runs: int | None = None
+        self,
+        policy: BatchPolicy,
+        name: str = "model",
+        workers: int = 1,
+        parallel_runs: int | None = None,
+        lock: threading.Lock | None = None,
     ) -> None:
+        """``lock``: the lock of the other batchers whose workers this one shares (a LoRA base's and its adapters':
+        ``service.runtime.Lanes``); a lock of its own when None."""
         self.policy = policy
         self.name = name
         self._queue: list[WorkItem] = []
         self._spare: list[WorkItem] = []  # background rows: batched only while _queue is empty
         self._online_at = -math.inf  # when online rows last came
-        self._lock = threading.Lock()
+        self.lock = self._lock = lock or threading.Lock()
         # Idle workers by number, each waiting on its own condition of the one lock: new rows wake the lowest
         # number, so a lone request always goes to worker 0.
         self._idle: list[tuple[int, threading.Condition]] = []
@@ -359,27 +366,45 @@ class Batcher:
 
     def next_batch(self, worker: int = 0) -> WorkBatch | None:
         """Block until a batch is due (worker thread). None once closed and drained."""
-        max_wait = self.policy.max_wait_s
         with self._lock:
             while True:
-                if not self._queue:
-                    if self._spare:
-                        if (batch := self._take_batch_locked(spare=True)) is not None:
-                            self._wake_if_rows_left_locked()
-                            return batch
-                        continue
-                    if self._closed:
-                        return None
-                    self._wait_locked(worker, None)
+                due = self.poll_locked()
+                if due is None or isinstance(due, WorkBatch):
+                    return due
+                self._wait_locked(worker, None if due == math.inf else due)
+
+    def poll_locked(self) -> WorkBatch | float | None:
+        """The batch due now; else how long until one may be (inf: until rows come); None once closed and
+        drained. Called with ``lock`` held."""
+        while True:
+            if not self._queue:
+                if self._spare:
+                    if (batch := self._take_batch_locked(spare=True)) is not None:
+                        self._wake_if_rows_left_locked()
+                        return batch
                     continue
-                wait = self._queue[0].enqueued_at + max_wait - time.perf_counter()
-                if wait > 0 and not self._closed and not self._can_fill_locked():
-                    self._wait_locked(worker, wait)
-                    continue
-                batch = self._take_batch_locked()
-                if batch is not None:
-                    self._wake_if_rows_left_locked()
-                    return batch
+                return None if self._closed else math.inf
+            wait = self._queue[0].enqueued_at + self.policy.max_wait_s - time.perf_counter()
+            if wait > 0 and not self._closed and not self._can_fill_locked():
+                return wait
+            batch = self._take_batch_locked()
+            if batch is not None:
+                self._wake_if_rows_left_locked()
+                return batch
+
+    def closed_locked(self) -> bool:
+        return self._closed
+
+    def drained_locked(self) -> bool:
+        """Closed, and no row left to run."""
+        return self._closed and not self._queue and not self._spare
+
+    def park_locked(self, entry: tuple[int, threading.Condition]) -> None:
+        """Count ``entry`` (a worker number and its condition of ``lock``) among the idle workers new rows wake."""
+        self._idle.append(entry)
+
+    def unpark_locked(self, entry: tuple[int, threading.Condition]) -> None:
+        self._idle.remove(entry)
 
     def complete(self, batch: WorkBatch, rows: list[RowOutputs], elapsed_s: float) -> None:
         """Hand each row's outputs to its request; resolve requests whose rows are all done."""
@@ -472,11 +497,11 @@ class Batcher:
 
     def _wait_locked(self, worker: int, timeout: float | None) -> None:
         entry = (worker, threading.Condition(self._lock))
-        self._idle.append(entry)
+        self.park_locked(entry)
         try:
             entry[1].wait(timeout)
         finally:
-            self._idle.remove(entry)
+            self.unpark_locked(entry)
 
     def _can_fill_locked(self) -> bool:
         if len(self._queue) >= self.policy.max_batch_size:

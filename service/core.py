@@ -286,10 +286,8 @@ class ServiceCore:
 
     def watch(self, name: str, engine: Engine) -> None:
         """The metrics of one engine: its batches, queue, device, shed work and batching choice."""
-        observer = self.metrics.observer(name, engine.task)
-        for worker in engine.workers:
-            if worker.observer is None:
-                worker.observer = observer
+        if engine.lane.observer is None:
+            engine.lane.observer = self.metrics.observer(name, engine.task)
         self.metrics.watch_queue(name, engine.task, functools.partial(getattr, engine.batcher, "queue_depth"))
         self.metrics.watch_engine(engine)
         self.metrics.record_batching(name, engine.task, engine.batching)

@@ -37,7 +37,7 @@ from service.prepare_stage import (
     run_admitted,
     seed_rate,
 )
-from service.runtime import BatchObserver, ModelRunner, OrtRunner, Worker
+from service.runtime import BatchObserver, Lane, ModelRunner, OrtRunner, Worker
 from service.settings import Settings
 from service.supervision import WorkerPool
 from service.tasks import BY_TASK, HANDLERS, unit_of
@@ -142,10 +142,12 @@ class Engine:
         workers: int = 1,
         make_runner: Callable[[], ModelRunner] | None = None,
         device: Device = CPU,
+        shared: tuple[WorkerPool, Callable[[ModelRunner], ModelRunner]] | None = None,
     ) -> None:
         """``workers`` threads share ``runner``, all taking batches from one queue, ``batching.parallel_runs`` of
         them running at once; ``make_runner`` builds the fresh session that replaces it when a worker dies (None:
-        not replaced)."""
+        not replaced). ``shared``: another engine's pool whose workers and session serve this one's queue too (a
+        LoRA adapter's, on its base's), with how a replacement session becomes this engine's runner."""
         self.name = name
         self.device = device
         self.bundle = bundle
@@ -162,10 +164,18 @@ class Engine:
         if unit.queue_holds_a_request:
             policy = dataclasses.replace(policy, max_queue=max(policy.max_queue, self.max_inputs[1]))
         runs = max(1, min(workers, self.batching.parallel_runs))  # the gate's width, for the batcher and the pool
-        self.batcher = Batcher(policy, name, workers=workers, parallel_runs=runs)
-        self.pool = WorkerPool(
-            name, self.batcher, runner, make_runner, workers, context.pad_token_id, token_level, observer, runs
-        )
+        if shared is None:
+            self.batcher = Batcher(policy, name, workers=workers, parallel_runs=runs)
+            self.pool = WorkerPool(
+                name, self.batcher, runner, make_runner, workers, context.pad_token_id, token_level, observer, runs
+            )
+            self.lane = self.pool.own
+        else:
+            self.pool, rebind = shared
+            lock = self.pool.lanes.lock
+            self.batcher = Batcher(policy, name, len(self.pool.workers), self.pool.parallel_runs, lock)
+            self.lane = Lane(name, self.batcher, runner, observer, rebind)
+            self.pool.add_lane(self.lane)
         self._own_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix=f"prepare-{name}")
         self._ledger = ledger_of(self._executor, settings.prepare_threads)
@@ -435,9 +445,9 @@ class Engine:
     async def stop(self, drain: bool = True, timeout_s: float = 30.0) -> None:
         """Refuse new requests; finish (``drain``) or fail queued ones; stop the worker."""
         self._stopping = True
-        self.pool.stop()
         self.batcher.close(drain=drain)
-        if self._started:
+        if self.pool.closed():  # the last model on these workers: no replacements, and they end once drained
+            self.pool.stop()
             await asyncio.to_thread(self.pool.join, timeout_s)
         if self._own_executor:
             self._executor.shutdown(wait=False)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from service.batcher import Batcher
 from service.errors import NotReady
-from service.runtime import BatchObserver, ModelRunner, Worker
+from service.runtime import BatchObserver, Lane, Lanes, ModelRunner, Worker
 
 logger = logging.getLogger(__name__)
 
@@ -44,13 +44,14 @@ class WorkerPool:
         ``parallel_runs``: how many workers may run a batch at once (default: all of them)."""
         self.name = name
         self.batcher = batcher
-        self.runner = runner
+        self.own = Lane(name, batcher, runner, observer)
+        self.lanes = Lanes(self.own)  # the model's own, then its adapters' (add_lane)
         self.make_runner = make_runner
         self.parallel_runs = parallel_runs or count
         self.gate = threading.BoundedSemaphore(self.parallel_runs) if self.parallel_runs < count else None
         self._pad_token_id = pad_token_id
         self._token_level = token_level
-        self.workers = [self._worker(number, observer) for number in range(count)]
+        self.workers = [self._worker(number) for number in range(count)]
         self.restarts = 0  # workers replaced
         self.last_death: str | None = None
         self._deaths_in_a_row = 0
@@ -59,20 +60,39 @@ class WorkerPool:
         self._timers: list[threading.Timer] = []
         self._stopping = False
 
-    def _worker(self, number: int, observer: BatchObserver | None) -> Worker:
+    @property
+    def runner(self) -> ModelRunner:
+        """The model's own runner (its session)."""
+        return self.own.runner
+
+    @runner.setter
+    def runner(self, runner: ModelRunner) -> None:
+        self.own.runner = runner
+
+    def add_lane(self, lane: Lane) -> None:
+        """Serve another model's batcher (made with ``self.lanes.lock``) on these workers and session: a LoRA
+        adapter's, whose ``rebind`` makes its runner from a replacement session."""
+        self.lanes.add(lane)
+
+    def closed(self) -> bool:
+        """Whether every lane's batcher is closed (the workers end once they are drained)."""
+        with self.lanes.lock:
+            return all(batcher.closed_locked() for batcher in self.lanes.batchers())
+
+    def _worker(self, number: int) -> Worker:
         on_death = self._on_death if self.make_runner is not None else None
-        return Worker(
-            self.name, self.batcher, self.runner, self._pad_token_id, self._token_level, observer, number, self.gate,
-            on_death,
-        )  # fmt: skip
+        return Worker(self.name, self.lanes, self._pad_token_id, self._token_level, number, self.gate, on_death)
 
     @property
     def live(self) -> int:
         return sum(worker.alive for worker in self.workers)
 
     def start(self) -> None:
-        for worker in self.workers:
-            worker.start()
+        """Start the workers not started yet (a pool's lanes each start it)."""
+        with self._lock:
+            for worker in self.workers:
+                if not worker.started:
+                    worker.start()
 
     def stop(self) -> None:
         """No more replacements (the batcher's close ends the live workers)."""
@@ -83,7 +103,8 @@ class WorkerPool:
 
     def join(self, timeout_s: float) -> None:
         for worker in list(self.workers):
-            worker.join(timeout_s)
+            if worker.started:
+                worker.join(timeout_s)
 
     def backoff_s(self) -> float:
         """How long the next replacement waits: 0 after a healthy spell, else doubling up to MAX_BACKOFF_S."""
@@ -102,9 +123,9 @@ class WorkerPool:
             self._last_death_at = now
             self.last_death = repr(worker.died)
             if self.live == 0:
-                self.batcher.suspend(
-                    NotReady(f"model {self.name} has no live worker ({self.last_death}); it is being replaced")
-                )
+                error = NotReady(f"model {self.name} has no live worker ({self.last_death}); it is being replaced")
+                for batcher in self.lanes.batchers():
+                    batcher.suspend(error)
             self._schedule(worker, self.backoff_s())
 
     def _schedule(self, dead: Worker, delay_s: float) -> None:
@@ -128,12 +149,14 @@ class WorkerPool:
         with self._lock:
             if self._stopping:
                 return
-            self.runner = runner
+            for lane in self.lanes.lanes:
+                lane.runner = runner if lane.rebind is None else lane.rebind(runner)
             for worker in self.workers:
-                worker.runner = runner
-            fresh = self._worker(dead.number, dead.observer)
+                worker.runner = None  # every worker on the fresh session
+            fresh = self._worker(dead.number)
             self.workers[self.workers.index(dead)] = fresh
             fresh.start()
-            self.batcher.resume()
+            for batcher in self.lanes.batchers():
+                batcher.resume()
             self.restarts += 1
         logger.info("model %s: worker %d replaced (restart %d)", self.name, dead.number, self.restarts)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,9 @@ def test_the_service_serves_each_adapter_as_a_model_equal_to_its_merged_export(l
             assert {"base", "base:tune1", "base:tune2"} <= listed
             engines = app.state.registry.engines
             assert engines["base:tune1"].batcher is not engines["base:tune2"].batcher  # batches never mix
+            # and no threads of their own: the base's workers take the adapters' batches too
+            workers = {t.name for t in threading.enumerate() if t.name.startswith("bertserve-worker-base")}
+            assert workers == {f"bertserve-worker-base-{n}" for n in range(len(engines["base"].workers))}
             for name in lora_setup["tunes"]:
                 body = {"inputs": TEXTS, "top_k": None}
                 adapted = await client.post("/v1/text-classification", json={**body, "model": f"base:{name}"})

@@ -13,7 +13,7 @@ import pytest
 
 from service.batcher import SPARE_BATCH_SCALE, Batcher, BatchPolicy, RowOutputs, choose_rows
 from service.errors import InferenceError, NotReady, Overloaded, PayloadTooLarge, RequestTimeout
-from service.runtime import Worker
+from service.runtime import Lane, Lanes, Worker
 from service.settings import Settings
 from tests.service.fakes import EchoRunner, seq
 
@@ -27,7 +27,7 @@ class Harness:
     def __init__(self, policy: BatchPolicy, runner: EchoRunner) -> None:
         self.batcher = Batcher(policy, "fake")
         self.runner = runner
-        self.worker = Worker("fake", self.batcher, runner, pad_token_id=0, token_level=runner.token_level)
+        self.worker = Worker("fake", Lanes(Lane("fake", self.batcher, runner)), 0, token_level=runner.token_level)
 
     def stop(self) -> None:
         self.batcher.close(drain=False)
