@@ -4,6 +4,7 @@ keyword task past the majority baseline, and the saved checkpoint exports."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 from tests.model_export.conftest import make_transformers_checkpoint
 from training.checkpoint import CheckpointError
@@ -81,6 +83,37 @@ def test_a_family_checkpoint_fine_tunes_past_the_majority_baseline_and_exports(t
     assert bundle.spec.id2label == {0: "negative", 1: "positive"}
 
 
+@pytest.mark.parametrize("model_type", TRANSFORMERS_FAMILIES)
+def test_lora_with_the_family_defaults_trains_adapters_and_head_only_and_the_merge_exports(
+    tmp_path: Path, model_type: str
+) -> None:
+    """LoRA on the family's default targets (``LORA_TARGETS``) runs and lowers the training loss; the merged
+    checkpoint differs from the base only in the targeted weights (the rest stayed frozen), and exports."""
+    from model_export.export import export_bundle
+    from model_export.family_checkpoints import build_family_checkpoint
+    from training.lora import LoraOptions
+
+    base = build_family_checkpoint(model_type, "feature-extraction", tmp_path / "base")
+    options = dataclasses.replace(
+        keyword_options(base, tmp_path, "tuned", epochs=4.0), lora=LoraOptions(rank=8, merge=True)
+    )
+    history = finetune(options, Runtime())["history"]
+    assert history[-1]["train_loss"] < history[0]["train_loss"], (model_type, history)
+    adapter = json.loads((options.out / "adapter" / "adapter_config.json").read_text())
+    assert set(adapter["target_modules"]) == set(LORA_TARGETS[model_type])
+    before, after = load_file(base / "model.safetensors"), load_file(options.out / "model.safetensors")
+    changed = {}  # each encoder weight of the base: whether the merged fine-tune changed it
+    for name, tensor in before.items():
+        kept = [value for key, value in after.items() if key == name or key.endswith(f".{name}")]
+        if kept:  # (a task model may drop a part of the base: RoBERTa's classifier has no pooler)
+            (merged,) = kept
+            changed[name] = not torch.equal(tensor, merged)
+    targeted = {name for name in changed if name.rsplit(".", 2)[-2] in LORA_TARGETS[model_type]}
+    assert targeted and all(changed[name] for name in targeted if name.endswith(".weight"))
+    assert not any(changed[name] for name in changed if name not in targeted)  # the rest stayed frozen
+    export_bundle(options.out, tmp_path / "bundle", task="text-classification", optimize=False)
+
+
 TORCHRUN = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
 
 
@@ -92,7 +125,10 @@ def test_a_family_fine_tunes_data_parallel_under_torchrun(tmp_path: Path, model_
     from model_export.family_checkpoints import build_family_checkpoint
 
     base = build_family_checkpoint(model_type, "feature-extraction", tmp_path / "base")
-    train, held_out = write_keyword_task(tmp_path / "train.csv", 320, 1), write_keyword_task(tmp_path / "eval.csv", 100, 2)
+    train, held_out = (
+        write_keyword_task(tmp_path / "train.csv", 320, 1),
+        write_keyword_task(tmp_path / "eval.csv", 100, 2),
+    )
     out = tmp_path / "ddp"
     command = [TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "training", "finetune"]
     command += ["--task", "text-classification", "--base", str(base), "--train", str(train), "--eval", str(held_out)]
