@@ -149,6 +149,12 @@ RECIPES["sst2-lora"] = replace(
     RECIPES["sst2"], name="sst2-lora", score_as="sst2", target=None,
     arguments=(*SST2_ARGUMENTS[:2], "--lr", "5e-4", *SST2_ARGUMENTS[4:], "--lora-rank", "8", "--lora-merge"),
 )  # fmt: skip
+# The same with rank 16 on every linear layer of the encoder (attention and feed-forward; the pooler too).
+RECIPES["sst2-lora-all"] = replace(
+    RECIPES["sst2-lora"], name="sst2-lora-all",
+    arguments=(*RECIPES["sst2-lora"].arguments[:-3], "--lora-rank", "16", "--lora-targets", "query,key,value,dense",
+               "--lora-merge"),
+)  # fmt: skip
 
 
 def base_folder(recipe: AccuracyRecipe) -> Path:
