@@ -16,6 +16,7 @@ import contextlib
 import copy
 import ctypes
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -164,40 +165,112 @@ class BatchObserver(Protocol):
     def on_batch(self, stats: BatchStats) -> None: ...
 
 
+@dataclass(eq=False)
+class Lane:
+    """One model's queue on a pool's workers: its batcher, the runner its batches run on, who watches its batches.
+    ``rebind`` turns a fresh base session into this lane's runner (a LoRA adapter's: ``with_adapter``)."""
+
+    name: str
+    batcher: Batcher
+    runner: ModelRunner
+    observer: BatchObserver | None = None
+    rebind: Callable[[ModelRunner], ModelRunner] | None = None
+
+
+class Lanes:
+    """The queues one pool of workers serves: a model's own, then its LoRA adapters' (a batcher each, so a batch
+    never mixes adapters; one lock for all). A worker takes the next due batch lane by lane in turn and waits on
+    all of them at once; a lane closed and drained leaves, and the workers end when none is left."""
+
+    def __init__(self, first: Lane) -> None:
+        self.lock = first.batcher.lock
+        self.first = first  # the pool's own model
+        self.lanes = [first]
+        self._turn = 0
+        self._parked: list[tuple[int, threading.Condition]] = []
+
+    def add(self, lane: Lane) -> None:
+        """Serve ``lane`` too (its batcher made with ``lock``); parked workers wake to wait on it as well."""
+        with self.lock:
+            self.lanes.append(lane)
+            for _, waiting in self._parked:
+                waiting.notify()
+
+    def batchers(self) -> list[Batcher]:
+        return [lane.batcher for lane in self.lanes]
+
+    def next_batch(self, worker: int) -> tuple[Lane, WorkBatch] | None:
+        """Block until a lane has a batch due (worker thread); None once every lane is closed and drained."""
+        with self.lock:
+            while True:
+                wait, count = math.inf, len(self.lanes)
+                for step in range(count):
+                    lane = self.lanes[(self._turn + step) % count]
+                    due = lane.batcher.poll_locked()
+                    if isinstance(due, WorkBatch):
+                        self._turn = (self._turn + step + 1) % count
+                        return lane, due
+                    if due is not None:
+                        wait = min(wait, due)
+                self.lanes = [lane for lane in self.lanes if not lane.batcher.drained_locked()]
+                if not self.lanes:
+                    return None
+                entry, parked_on = (worker, threading.Condition(self.lock)), list(self.lanes)
+                self._parked.append(entry)
+                for lane in parked_on:
+                    lane.batcher.park_locked(entry)
+                try:
+                    entry[1].wait(None if wait == math.inf else wait)
+                finally:
+                    self._parked.remove(entry)
+                    for lane in parked_on:
+                        lane.batcher.unpark_locked(entry)
+
+
 class Worker:
-    """The thread that serves one batcher with the model's shared runner."""
+    """The thread that serves a pool's lanes (a model's batcher, and its adapters') with their runners."""
 
     def __init__(
         self,
         name: str,
-        batcher: Batcher,
-        runner: ModelRunner,
+        lanes: Lanes,
         pad_token_id: int,
         token_level: frozenset[str],
-        observer: BatchObserver | None = None,
         number: int = 0,  # among the model's workers
         gate: threading.Semaphore | None = None,
         on_death: Callable[[Worker], None] | None = None,
     ) -> None:
         """``gate``: the run gate the model's workers share (None: this worker never waits for another).
         ``on_death`` is called (on this thread) when the worker retires; without it a dead worker closes the
-        batcher, failing what is queued."""
+        lanes' batchers, failing what is queued."""
         self.name = name
         self.number = number
         self.gate: contextlib.AbstractContextManager[object] = gate if gate is not None else contextlib.nullcontext()
-        self.batcher = batcher
-        self.runner = runner
+        self.lanes = lanes
         self.pad_token_id = pad_token_id
         self.token_level = token_level
-        self.observer = observer
         self.on_death = on_death
         self.died: BaseException | None = None
         self.failures_in_a_row = 0
+        self._runner: ModelRunner | None = None
         self._thread = threading.Thread(target=self._serve, name=f"bertserve-worker-{name}-{number}", daemon=True)
+
+    @property
+    def runner(self) -> ModelRunner:
+        """What this worker runs the pool's own model's batches on: the lane's runner unless set for this worker."""
+        return self._runner if self._runner is not None else self.lanes.first.runner
+
+    @runner.setter
+    def runner(self, runner: ModelRunner | None) -> None:
+        self._runner = runner
 
     @property
     def alive(self) -> bool:
         return self._thread.is_alive() and self.died is None
+
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
 
     def start(self) -> None:
         self._thread.start()
@@ -206,44 +279,45 @@ class Worker:
         self._thread.join(timeout)
 
     def _serve(self) -> None:
-        batch: WorkBatch | None = None
+        taken: tuple[Lane, WorkBatch] | None = None
         try:
             while True:
                 with self.gate:  # the batch is taken only once it can run: its rows' deadlines are checked then
-                    if (batch := self.batcher.next_batch(self.number)) is None:
+                    if (taken := self.lanes.next_batch(self.number)) is None:
                         return
                     started = time.perf_counter()
-                    ran = self._run(batch)
-                self._finish(batch, ran, started)
-                batch = None
+                    ran = self._run(*taken)
+                self._finish(*taken, ran, started)
+                taken = None
                 if self.failures_in_a_row >= RETIRE_AFTER_FAILURES:
                     raise SessionFailed(f"{self.failures_in_a_row} batches failed in a row")
         except BaseException as exc:
-            self._retire(exc, batch)
+            self._retire(exc, taken)
 
-    def _retire(self, exc: BaseException, batch: WorkBatch | None) -> None:
+    def _retire(self, exc: BaseException, taken: tuple[Lane, WorkBatch] | None) -> None:
         self.died = exc
         error = NotReady(f"model {self.name} lost a worker ({exc!r}); it is being replaced, retry shortly")
         if self.on_death is None:
             logger.critical("a worker of model %s died: %r; the model is no longer served", self.name, exc)
-            self.batcher.close(drain=False, error=error)  # first: nobody may queue behind a dead worker
+            for batcher in self.lanes.batchers():  # first: nobody may queue behind a dead worker
+                batcher.close(drain=False, error=error)
         else:
             logger.error("worker %d of model %s died: %r; replacing it", self.number, self.name, exc)
-        if batch is not None:
-            self.batcher.fail(batch, error)
+        if taken is not None:
+            taken[0].batcher.fail(taken[1], error)
         if self.on_death is not None:
             self.on_death(self)
 
-    def _run(self, batch: WorkBatch) -> tuple[PaddedRows, dict[str, np.ndarray]] | Exception:
+    def _run(self, lane: Lane, batch: WorkBatch) -> tuple[PaddedRows, dict[str, np.ndarray]] | Exception:
         """Pad and run (inside the gate); an exception is returned for ``_finish`` to fail the batch with."""
         try:
             padded = pad_token_rows(batch.sequences, self.pad_token_id)
-            return padded, self.runner.run(padded)
+            return padded, (self.runner if lane is self.lanes.first else lane.runner).run(padded)
         except Exception as exc:
             return exc
 
     def _finish(
-        self, batch: WorkBatch, ran: tuple[PaddedRows, dict[str, np.ndarray]] | Exception, started: float
+        self, lane: Lane, batch: WorkBatch, ran: tuple[PaddedRows, dict[str, np.ndarray]] | Exception, started: float
     ) -> None:
         queue_seconds = [batch.formed_at - item.enqueued_at for item in batch.items]
         failed = False
@@ -255,19 +329,19 @@ class Worker:
         except Exception as exc:
             failed = True
             self.failures_in_a_row += 1
-            logger.exception("batch of %d rows failed on model %s", len(batch.items), self.name)
-            self.batcher.fail(batch, InferenceError(f"inference failed on model {self.name}: {exc}"))
+            logger.exception("batch of %d rows failed on model %s", len(batch.items), lane.name)
+            lane.batcher.fail(batch, InferenceError(f"inference failed on model {lane.name}: {exc}"))
         else:
             self.failures_in_a_row = 0
-            self.batcher.complete(batch, rows, time.perf_counter() - started)
+            lane.batcher.complete(batch, rows, time.perf_counter() - started)
         elapsed = time.perf_counter() - started
-        if self.observer is not None:
+        if lane.observer is not None:
             try:
-                self.observer.on_batch(
+                lane.observer.on_batch(
                     BatchStats(len(batch.items), batch.padded_tokens, batch.real_tokens, queue_seconds, elapsed, failed)
                 )
             except Exception:
-                logger.exception("batch observer failed for model %s", self.name)
+                logger.exception("batch observer failed for model %s", lane.name)
 
 
 class SessionFailed(Exception):
