@@ -292,9 +292,10 @@ class Engine:
             await self.batcher.run([ModelRow(ids, np.zeros_like(ids))], self.settings.timeout_s)
             if self.rate_of is None:
                 await self.batcher.run(self._rate_probe(), self.settings.timeout_s)
-            else:  # a LoRA adapter costs what its base costs: no probe batch of its own beside the others'
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._executor, seed_rate, self._ledger, ctx.tokenizer)
+            else:  # a LoRA adapter costs what its base costs: no probe batch, and its base seeds their one ledger
                 self.batcher.adopt_rate(self.rate_of.batcher)
-            await asyncio.get_running_loop().run_in_executor(self._executor, seed_rate, self._ledger, ctx.tokenizer)
             self._warmed_up = True
             logger.info("model %s (%s) warmed up in %.3f s", self.name, self.task, time.perf_counter() - started)
 
