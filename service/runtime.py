@@ -101,7 +101,9 @@ class OrtRunner:
             check_session_device(self.session, device)
         else:
             share_one_arena()
-            self.session = ort_session(model_path, threads=intra_op_threads, spin=spin, config=SHARED_ARENA)
+            # spinning, when on, only while a run is active: between runs the event loop needs the cores
+            config = {**SHARED_ARENA, "session.force_spinning_stop": "1"} if spin else SHARED_ARENA
+            self.session = ort_session(model_path, threads=intra_op_threads, spin=spin, config=config)
         found = {out.name for out in self.session.get_outputs()}
         missing = [name for name in output_names if name not in found]
         if missing:
