@@ -59,10 +59,10 @@ def mask_probes(
 
     Word ``i`` of a line (``line.split()``) is masked when ``i % every == every - 1``, ``word.isalpha()``,
     ``len(word) >= 2`` and the word, after a space as in the line (alone when it is the first), encodes
-    (without special tokens) to exactly one id, not the unknown token's. The whole word is replaced by ``mask_token``. Skipped: lines with no such word, lines that
-    already contain ``mask_token``, and lines whose probe text encodes (with special tokens) to more than
-    ``max_length`` ids: the service refuses those rather than truncating them. ``limit`` caps the number of
-    probes returned.
+    (without special tokens) to exactly one id, not the unknown token's. The whole word is replaced by
+    ``mask_token``. Skipped: lines with no such word, lines that already contain ``mask_token``, and lines whose
+    probe text encodes (with special tokens) to more than ``max_length`` ids: the service refuses those rather than
+    truncating them. ``limit`` caps the number of probes returned.
 
     The tokenizer should neither truncate nor pad (``no_truncation()`` / ``no_padding()``); one that does is
     copied with both turned off, the caller's is not changed. Raises ``ValueError`` when the tokenizer has no
