@@ -43,7 +43,6 @@ class WorkerPool:
         """``make_runner`` builds a fresh session for a replacement (None: dead workers are not replaced);
         ``parallel_runs``: how many workers may run a batch at once (default: all of them)."""
         self.name = name
-        self.batcher = batcher
         self.own = Lane(name, batcher, runner, observer)
         self.lanes = Lanes(self.own)  # the model's own, then its adapters' (add_lane)
         self.make_runner = make_runner
