@@ -79,19 +79,26 @@ def quantize_int8_static(
     reader: WindowReader,
     keep_fp32: Sequence[str] = (),
     options: Mapping[str, Any] | None = None,
+    reduce_range: bool = False,
 ) -> None:
     """QDQ int8 of ``source``'s MatMuls (but ``keep_fp32``), activation scales calibrated on ``reader``.
-    ``options``: more of onnxruntime's quantiser extra_options (benchmarks.studies.int8_static compares some)."""
+    ``options``: more of onnxruntime's quantiser extra_options (benchmarks.studies.int8_static compares some);
+    ``reduce_range``: 7-bit weights."""
     typed = target.with_name(f".{target.stem}.typed.onnx")
     with_value_types(source, typed)
     try:
-        _quantize(typed, target, reader, keep_fp32, {**_extra_options(), **(options or {})})
+        _quantize(typed, target, reader, keep_fp32, {**_extra_options(), **(options or {})}, reduce_range)
     finally:
         typed.unlink(missing_ok=True)
 
 
 def _quantize(
-    source: Path, target: Path, reader: WindowReader, keep_fp32: Sequence[str], extra_options: dict[str, Any]
+    source: Path,
+    target: Path,
+    reader: WindowReader,
+    keep_fp32: Sequence[str],
+    extra_options: dict[str, Any],
+    reduce_range: bool,
 ) -> None:
     quantize_static(
         str(source),
@@ -100,6 +107,7 @@ def _quantize(
         quant_format=QuantFormat.QDQ,
         op_types_to_quantize=list(STATIC_INT8_OPS),
         per_channel=True,
+        reduce_range=reduce_range,
         activation_type=QuantType.QUInt8,
         weight_type=QuantType.QInt8,
         nodes_to_exclude=list(keep_fp32),

@@ -67,6 +67,7 @@ from model_export.int8_checks import (
     TEXT_TOLERANCE_INT8,
     check_eval_options,
     compare_with_fp32,
+    explain_int8_mismatch,
     log_int8_verdict,
     served_precision,
 )
@@ -87,6 +88,7 @@ from model_export.validate import (
     ExportError,
     ParityError,
     SpecialIds,
+    ValueMismatch,
     default_tolerance,
     probe_batches,
     text_batches,
@@ -95,6 +97,8 @@ from model_export.validate import (
 __all__ = ["ExportError", "OnnxAdapter", "ParityError", "export_bundle", "export_onnx"]
 
 logger = logging.getLogger(__name__)
+
+INT8 = "int8 graph"
 
 
 def _embedding_settings(
@@ -160,13 +164,13 @@ def _fuse(source: Path, target: Path, shape: tuple[int, int, int], family: Famil
 
 
 def calibrate_int8(
-    model: EvalModel, source: Path, target: Path, rows: list[Any], keep_fp32: dict[str, str]
+    model: EvalModel, source: Path, target: Path, rows: list[Any], keep_fp32: dict[str, str], reduce_range: bool
 ) -> dict[str, Any]:
     """Static int8 of ``source`` calibrated on the windows of ``rows``; what bundle.json records of it."""
     windows = row_windows(model, rows)
     inputs = [node.name for node in onnx.load(str(source), load_external_data=False).graph.input]
     reader = WindowReader(windows, model.pad_token_id, model.use_token_types, inputs)
-    quantize_int8_static(source, target, reader, list(keep_fp32))
+    quantize_int8_static(source, target, reader, list(keep_fp32), reduce_range=reduce_range)
     return {
         "method": "static QDQ (MatMul), " + CALIBRATION_DESCRIPTION,
         "rows": len(rows),
@@ -191,6 +195,7 @@ def export_bundle(
     max_loss: float | None = DEFAULTS.max_loss,
     int8_fp32_ffn_layers: int = DEFAULTS.int8_fp32_ffn_layers,
     int8_fp32_attention: bool = DEFAULTS.int8_fp32_attention,
+    int8_reduce_range: bool = DEFAULTS.int8_reduce_range,
     token_embeddings: bool = DEFAULTS.token_embeddings,
     request_defaults: dict[str, Any] | None = DEFAULTS.request_defaults,
     int8_calibration: str | Path | None = DEFAULTS.int8_calibration,
@@ -222,8 +227,8 @@ def export_bundle(
         raise ExportError(f"unknown quantization {quantize!r} (known: {', '.join(QUANTIZATIONS)})")
     if precision not in PRECISIONS:
         raise ExportError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
-    if (int8_fp32_ffn_layers or int8_fp32_attention) and quantize != "int8":
-        raise ExportError("int8_fp32_ffn_layers and int8_fp32_attention apply to --quantize int8 only")
+    if (int8_fp32_ffn_layers or int8_fp32_attention or int8_reduce_range) and quantize != "int8":
+        raise ExportError("int8_fp32_ffn_layers, int8_fp32_attention, int8_reduce_range apply to --quantize int8 only")
     if int8_calibration is not None and quantize != "int8":
         raise ExportError("int8_calibration applies to --quantize int8 only")
     if precision == "fp16" and quantize != "none":
@@ -317,13 +322,19 @@ def export_bundle(
                 keep_fp32 = graph_rewrites.kept_fp32_nodes(model_path, int8_fp32_ffn_layers, int8_fp32_attention)
                 calibration: dict[str, Any] = {}
                 if calibration_rows is None:
-                    graph_rewrites.quantize_int8(model_path, int8_path, list(keep_fp32))
+                    graph_rewrites.quantize_int8(model_path, int8_path, list(keep_fp32), int8_reduce_range)
                 else:
-                    calibration = calibrate_int8(eval_model, model_path, int8_path, calibration_rows, keep_fp32)
+                    calibration = calibrate_int8(
+                        eval_model, model_path, int8_path, calibration_rows, keep_fp32, int8_reduce_range
+                    )
                     calibration["data_sha256"] = file_sha256(Path(int8_calibration))  # type: ignore[arg-type]
                 release_memory()
                 tolerance = default_tolerance("fp32", "int8", atol, rtol)
-                parity["int8"] = check_parity(task, int8_path, batches, references, outputs, tolerance, "int8 graph")
+                try:
+                    parity["int8"] = check_parity(task, int8_path, batches, references, outputs, tolerance, INT8)
+                except ValueMismatch as error:
+                    raise explain_int8_mismatch(error, int8_reduce_range) from error
+                parity["int8"]["reduce_range"] = int8_reduce_range
                 if keep_fp32:
                     parity["int8"]["kept_fp32"] = keep_fp32
                 if calibration:

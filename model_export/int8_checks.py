@@ -14,6 +14,7 @@ from model_export.validate import (
     ExportError,
     InputFeeds,
     Tolerance,
+    ValueMismatch,
     agreement_between,
     run_session,
     sequences_per_second,
@@ -51,6 +52,30 @@ def compare_with_fp32(
         "speedup_vs_fp32": round(rates["int8"] / rates["fp32"], 3),
         "speed_batch": list(speed_batch["input_ids"].shape),
     }
+
+
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def cpu_has_vnni(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool | None:
+    """Whether this CPU sums int8 products in int32 (VNNI, AMX); None where /proc/cpuinfo has no x86 flags."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), None)
+    return None if flags is None else bool(VNNI_FLAGS & set(flags))
+
+
+def explain_int8_mismatch(
+    error: ValueMismatch, reduce_range: bool, cpuinfo: Path = Path("/proc/cpuinfo")
+) -> ValueMismatch:
+    """The int8 parity failure, naming the likely cause where 8-bit weights ran on an x86 CPU without VNNI: its
+    u8 x s8 products are summed pairwise in int16, which saturates (onnxruntime's quantization docs)."""
+    if reduce_range or cpu_has_vnni(cpuinfo) is not False:
+        return error
+    hint = "this CPU has no VNNI, where 8-bit int8 weights saturate: export with --int8-reduce-range (7-bit weights)"
+    return ValueMismatch("int8 graph", [*error.failures, hint])
 
 
 def check_eval_options(quantize: str, eval_data: str | Path | None, max_loss: float | None) -> None:

@@ -143,7 +143,7 @@ def kept_fp32_nodes(model_path: Path, ffn_layers: int, attention: bool) -> dict[
     return kept
 
 
-def _quantize_dynamic(source: Path, target: Path, keep_fp32: Sequence[str] = ()) -> None:
+def _quantize_dynamic(source: Path, target: Path, keep_fp32: Sequence[str], reduce_range: bool) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(
@@ -151,6 +151,7 @@ def _quantize_dynamic(source: Path, target: Path, keep_fp32: Sequence[str] = ())
         str(target),
         nodes_to_exclude=list(keep_fp32),
         per_channel=True,
+        reduce_range=reduce_range,
         weight_type=QuantType.QInt8,
         # Only the matrix products (where the time goes); the embedding tables stay fp32: quantised lookups cost
         # fine-tuned heads accuracy (SQuAD end positions, SST-2 ~1 point) and buy no speed.
@@ -161,7 +162,7 @@ def _quantize_dynamic(source: Path, target: Path, keep_fp32: Sequence[str] = ())
     )
 
 
-def quantize_int8(source: Path, target: Path, keep_fp32: Sequence[str] = ()) -> None:
+def quantize_int8(source: Path, target: Path, keep_fp32: Sequence[str] = (), reduce_range: bool = False) -> None:
     """Dynamic int8 with per-channel weights (per-tensor loses too much on real MiniLM, see NOTES.md).
 
     onnxruntime's quantiser holds about three copies of the graph it is given (its own load, a deep copy for shape
@@ -169,10 +170,11 @@ def quantize_int8(source: Path, target: Path, keep_fp32: Sequence[str] = ()) -> 
     reads (the embedding tables, norms and biases, which stay fp32) are handed to it as graph inputs instead and put
     back into the quantised graph from the data file: the quantiser copies only the weights it quantises, and the
     file is byte for byte the one it writes from the whole model (tests/model_export/test_bounded_memory.py).
-    ``keep_fp32``: names of nodes the quantiser leaves in fp32.
+    ``keep_fp32``: names of nodes the quantiser leaves in fp32; ``reduce_range``: 7-bit weights (no saturation on
+    CPUs without VNNI).
     """
     if not external_data_file(source).exists():
-        _quantize_dynamic(source, target, keep_fp32)
+        _quantize_dynamic(source, target, keep_fp32, reduce_range)
         return
     model = onnx.load(str(source), load_external_data=False)
     names = [tensor.name for tensor in model.graph.initializer]
@@ -182,7 +184,7 @@ def quantize_int8(source: Path, target: Path, keep_fp32: Sequence[str] = ()) -> 
         onnx.save_model(model, str(given))  # beside source: its external data is found where it was
         del model
         try:
-            _quantize_dynamic(given, quantized, keep_fp32)
+            _quantize_dynamic(given, quantized, keep_fp32, reduce_range)
         finally:
             given.unlink(missing_ok=True)
         result = onnx.load(str(quantized))

@@ -126,6 +126,14 @@ class ExportOptions:
             "`python -m benchmarks.studies.int8_nodes` measures which nodes a task's accuracy needs (default: off)"
         ),
     )
+    int8_reduce_range: bool = field(
+        default=False,
+        metadata=cli(
+            "with --quantize int8: 7-bit weights (onnxruntime's reduce_range) for bundles served on x86 CPUs without "
+            "VNNI (AVX2, AVX-512F alone), where the int16 sums of u8 x s8 products saturate; costs a little "
+            "accuracy where VNNI is present (default: off)"
+        ),
+    )
     int8_calibration: str | Path | None = field(
         default=None,
         metadata=cli(

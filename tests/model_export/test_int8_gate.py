@@ -15,10 +15,15 @@ import pytest
 from contract.bundle import read_bundle
 from model_export.__main__ import main
 from model_export.export import ExportError, export_bundle
+from model_export.int8_checks import cpu_has_vnni, explain_int8_mismatch
 from model_export.task_eval import EvalDataError, EvalModel, measure_int8_loss, predict, read_eval_rows, score
+from model_export.validate import ValueMismatch
 from tests.model_export.conftest import WORDS, _config_values, write_vocab
 
 QUANTIZED_OPS = {"DynamicQuantizeLinear", "MatMulInteger", "QAttention", "DynamicQuantizeMatMul"}
+
+
+WIDE = {"quantize": "int8", "int8_reduce_range": True}
 
 
 def random_sentences(count: int, seed: int = 0, low: int = 3, high: int = 12) -> list[list[str]]:
@@ -38,7 +43,8 @@ def op_types(model_path: Path) -> Counter[str]:
 @pytest.fixture(scope="module")
 def wide_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random classifier with larger weights (init std 0.5): its predictions vary from text to text and
-    int8 flips a few of them while passing the int8 parity check."""
+    int8 flips a few of them while passing the int8 parity check. Its int8 graphs take 7-bit weights (WIDE): on a
+    CPU without VNNI, 8-bit weights this large saturate (top-1 agreement 76% of the probe, under the gate's 90%)."""
     import torch
     import transformers
 
@@ -59,7 +65,7 @@ def classifier_eval_rows(
     """Rows whose gold label is the fp32 prediction: every row int8 flips (at least one) and twice as many it keeps."""
     root = tmp_path_factory.mktemp("wide-bundles")
     fp32 = export_bundle(wide_classifier, root / "fp32")
-    int8 = export_bundle(wide_classifier, root / "int8", quantize="int8")
+    int8 = export_bundle(wide_classifier, root / "int8", **WIDE)
     model = EvalModel.from_bundle(fp32)
     candidates = [{"text": " ".join(words), "label": "negative"} for words in random_sentences(400)]
     fp32_labels = predict(model, fp32.model_path, candidates)
@@ -77,7 +83,8 @@ def test_max_loss_zero_refuses_an_int8_graph_that_changes_a_prediction(
     rows, changed = classifier_eval_rows
     data = write_jsonl(tmp_path / "eval.jsonl", rows)
     out = tmp_path / "gated"
-    argv = [str(wide_classifier), str(out), "--quantize", "int8", "--eval-data", str(data), "--max-loss", "0", "-q"]
+    argv = [str(wide_classifier), str(out), "--quantize", "int8", "--int8-reduce-range", "--eval-data", str(data)]
+    argv += ["--max-loss", "0", "-q"]
     assert main(argv) == 0
     spec = json.loads((out / "bundle.json").read_text())
     figures = spec["quantization_eval"]
@@ -98,7 +105,7 @@ def test_int8_within_budget_is_written_with_its_figures(
     rows, changed = classifier_eval_rows
     data = write_jsonl(tmp_path / "eval.jsonl", rows)
     written = export_bundle(
-        wide_classifier, tmp_path / "kept", quantize="int8", eval_data=data,
+        wide_classifier, tmp_path / "kept", **WIDE, eval_data=data,
         max_loss=100.0,
     )  # fmt: skip
     figures = written.spec.quantization_eval
@@ -167,19 +174,58 @@ def test_gate_options_that_do_not_fit_together_fail_before_loading(
 
 
 def test_early_feed_forward_outputs_stay_fp32_when_asked(wide_classifier: Path, tmp_path: Path) -> None:
-    bundle = export_bundle(wide_classifier, tmp_path / "int8", quantize="int8", int8_fp32_ffn_layers=1)
+    bundle = export_bundle(wide_classifier, tmp_path / "int8", **WIDE, int8_fp32_ffn_layers=1)
     kept = bundle.spec.parity["int8"]["kept_fp32"]
     [(name, reason)] = kept.items()
     assert name.endswith("layer.0/output/dense/MatMul") and "feed-forward" in reason
     graph = onnx.load(str(bundle.model_path)).graph
     fp32_matmuls = [node.name for node in graph.node if node.op_type == "MatMul"]
     assert name in fp32_matmuls  # still a float MatMul: the quantiser left it alone
-    everything = export_bundle(wide_classifier, tmp_path / "all", quantize="int8")
+    everything = export_bundle(wide_classifier, tmp_path / "all", **WIDE)
     assert "kept_fp32" not in everything.spec.parity["int8"]
     assert name not in [node.name for node in onnx.load(str(everything.model_path)).graph.node]
-    attention = export_bundle(wide_classifier, tmp_path / "attention", quantize="int8", int8_fp32_attention=True)
+    attention = export_bundle(wide_classifier, tmp_path / "attention", **WIDE, int8_fp32_attention=True)
     kept_attention = attention.spec.parity["int8"]["kept_fp32"]
     ops = op_types(attention.model_path)
     assert ops["Attention"] == len(kept_attention) > 0 and "QAttention" not in ops
     with pytest.raises(ExportError, match="int8 only"):
         export_bundle(wide_classifier, tmp_path / "fp32", int8_fp32_ffn_layers=1)
+
+
+def int8_weight_range(model_path: Path) -> tuple[int, int]:
+    """The lowest and highest value over the graph's int8 initializers (the quantised weights)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    weights = [
+        numpy_helper.to_array(tensor)
+        for tensor in onnx.load(str(model_path)).graph.initializer
+        if tensor.data_type == onnx.TensorProto.INT8 and tensor.dims
+    ]
+    assert weights, "the int8 graph has no int8 weights"
+    return int(min(np.min(w) for w in weights)), int(max(np.max(w) for w in weights))
+
+
+def test_reduce_range_writes_seven_bit_weights_and_says_so(wide_classifier: Path, tmp_path: Path) -> None:
+    reduced = export_bundle(wide_classifier, tmp_path / "reduced", **WIDE)
+    low, high = int8_weight_range(reduced.model_path)
+    assert low >= -64 and high <= 64 and high - low > 100  # 7 bits used, not fewer
+    assert reduced.spec.parity["int8"]["reduce_range"] is True
+    with pytest.raises(ExportError, match="int8 only"):
+        export_bundle(wide_classifier, tmp_path / "fp32", int8_reduce_range=True)
+
+
+@pytest.mark.parametrize(
+    ("flags", "reduce_range", "hinted"),
+    [("fpu avx2 fma", False, True), ("fpu avx2 avx512f avx512_vnni", False, False), ("fpu avx2", True, False)],
+)
+def test_an_int8_mismatch_on_a_cpu_without_vnni_names_the_option(
+    flags: str, reduce_range: bool, hinted: bool, tmp_path: Path
+) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    error = ValueMismatch("int8 graph", ["top-1 of logits agrees with torch on 76.2% of the probe (< 90%)"])
+    explained = explain_int8_mismatch(error, reduce_range, cpuinfo)
+    assert str(explained).startswith(str(error))
+    assert ("--int8-reduce-range" in str(explained)) is hinted
+    assert cpu_has_vnni(tmp_path / "absent") is None
