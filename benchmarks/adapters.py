@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument(
-        "--memory-adapters", type=int, default=32,
+        "--memory-adapters", type=int, default=128,
         help="adapters loaded (RSS per adapter over more of them: less noise); the traffic goes to --adapters of them",
     )  # fmt: skip
     parser.add_argument("--memory-rounds", type=int, default=3, help="server starts per side for the RSS medians")

@@ -287,17 +287,24 @@ class Engine:
             self.pool.start()
         if not self._warmed_up:
             started = time.perf_counter()
-            ctx = self.context
-            ids = np.array([ctx.cls_token_id] + [ctx.mask_token_id] * 6 + [ctx.sep_token_id], dtype=np.int64)
-            await self.batcher.run([ModelRow(ids, np.zeros_like(ids))], self.settings.timeout_s)
-            if self.rate_of is None:
-                await self.batcher.run(self._rate_probe(), self.settings.timeout_s)
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._executor, seed_rate, self._ledger, ctx.tokenizer)
-            else:  # a LoRA adapter costs what its base costs: no probe batch, and its base seeds their one ledger
-                self.batcher.adopt_rate(self.rate_of.batcher)
+            observer, self.lane.observer = self.lane.observer, None  # warm-up is no traffic: not in the metrics
+            try:
+                await self._warm_up()
+            finally:
+                self.lane.observer = observer
             self._warmed_up = True
             logger.info("model %s (%s) warmed up in %.3f s", self.name, self.task, time.perf_counter() - started)
+
+    async def _warm_up(self) -> None:
+        ctx = self.context
+        ids = np.array([ctx.cls_token_id] + [ctx.mask_token_id] * 6 + [ctx.sep_token_id], dtype=np.int64)
+        await self.batcher.run([ModelRow(ids, np.zeros_like(ids))], self.settings.timeout_s)
+        if self.rate_of is None:
+            await self.batcher.run(self._rate_probe(), self.settings.timeout_s)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._executor, seed_rate, self._ledger, ctx.tokenizer)
+        else:  # a LoRA adapter costs what its base costs: no probe batch, and its base seeds their one ledger
+            self.batcher.adopt_rate(self.rate_of.batcher)
 
     def _rate_probe(self) -> list[ModelRow]:
         """Rows of the longest length the model takes, enough for one batch of ``rate_min_tokens``."""

@@ -322,7 +322,7 @@ class Worker:
         self, lane: Lane, batch: WorkBatch, ran: tuple[PaddedRows, dict[str, np.ndarray]] | Exception, started: float
     ) -> None:
         queue_seconds = [batch.formed_at - item.enqueued_at for item in batch.items]
-        failed = False
+        observer, failed = lane.observer, False  # read before the batch's waiters wake (warm-up sets it aside)
         try:
             if isinstance(ran, Exception):
                 raise ran
@@ -337,9 +337,9 @@ class Worker:
             self.failures_in_a_row = 0
             lane.batcher.complete(batch, rows, time.perf_counter() - started)
         elapsed = time.perf_counter() - started
-        if lane.observer is not None:
+        if observer is not None:
             try:
-                lane.observer.on_batch(
+                observer.on_batch(
                     BatchStats(len(batch.items), batch.padded_tokens, batch.real_tokens, queue_seconds, elapsed, failed)
                 )
             except Exception:

@@ -128,6 +128,9 @@ def test_the_service_serves_each_adapter_as_a_model_equal_to_its_merged_export(l
             assert {"base", "base:tune1", "base:tune2"} <= listed
             engines = app.state.registry.engines
             assert engines["base:tune1"].batcher is not engines["base:tune2"].batcher  # batches never mix
+            idle = (await client.get("/metrics")).text  # warm-up batches are no traffic: no series until a batch
+            assert 'bertserve_batch_size_count{model="base' not in idle
+            assert 'bertserve_queue_depth{model="base:tune1"' in idle
             # and no threads of their own: the base's workers take the adapters' batches too
             workers = {t.name for t in threading.enumerate() if t.name.startswith("bertserve-worker-base")}
             assert workers == {f"bertserve-worker-base-{n}" for n in range(len(engines["base"].workers))}
@@ -145,7 +148,8 @@ def test_the_service_serves_each_adapter_as_a_model_equal_to_its_merged_export(l
             ]
             assert [answer.status_code for answer in await asyncio.gather(*mixed)] == [200] * len(mixed)
             metrics = (await client.get("/metrics")).text
-            assert 'bertserve_batch_size_count{model="base:tune1"' in metrics
+            rows = len(TEXTS) + len(TEXTS) * 3  # the comparison's, then half the mixed traffic's: no warm-up row
+            assert f'bertserve_batch_size_sum{{model="base:tune1",task="text-classification"}} {rows:.1f}' in metrics
 
     asyncio.run(main())
 
