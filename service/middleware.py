@@ -238,10 +238,10 @@ class ConcurrencyLimitMiddleware:
     (or failed).
 
     Retry-After kept: a request sent on a connection before the Retry-After of that connection's last 429 has passed
-    waits out the rest of it, holding no permit and no CPU, and is then answered 429 unread. A client that retries at
-    once (ignoring Retry-After) thus sends one request per Retry-After, not thousands of refusals a second that each
-    cost the model the CPU of parsing a request. A connection is told apart by its client address and port (none
-    behind a trusted proxy, which reports port 0: then nothing is kept).
+    waits out the rest of it, holding no permit and no CPU, and is then answered 429 unread; the request after it is
+    read. A client that retries at once (ignoring Retry-After) thus sends one request per Retry-After to the app, not
+    thousands of refusals a second that each cost the model the CPU of parsing a request. A connection is told apart
+    by its client address and port (none behind a trusted proxy, which reports port 0: then nothing is kept).
     """
 
     def __init__(self, app: ASGIApp, permits: Permits, enforce_retry_after: bool = True) -> None:
@@ -260,10 +260,12 @@ class ConcurrencyLimitMiddleware:
             return
         connection = _connection(scope) if self.enforce_retry_after else None
         if connection is not None:
-            send = self._watching(connection, send)
             if connection in self.retry_at and await self._waited_out(connection):
+                # Not noted as a new Retry-After: the client's next request is read. Noting it would hold every
+                # request of a client that sends at once for good, and its connection would carry no work again.
                 await send_error(send, RETRY_AFTER_IGNORED, scope["path"])
                 return
+            send = self._watching(connection, send)
         permits = self.permits  # counted here inline: two calls into the core per request cost more than the count
         if permits.held >= permits.limit:
             await send_error(send, permits.refusal(), scope["path"])

@@ -76,3 +76,37 @@ def test_nothing_is_kept_when_turned_off_or_without_a_client_port() -> None:
             assert status == 200 and took < 0.2
 
     asyncio.run(main())
+
+
+class RefusesOdd:
+    """An app that answers its 1st, 3rd, ... request 429 with Retry-After and the others 200: a model that keeps
+    refusing a client who retries at once, every other time."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.calls += 1
+        status = 429 if self.calls % 2 else 200
+        headers = [(b"retry-after", str(RETRY_AFTER_S).encode())] if status == 429 else []
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+
+def test_a_client_that_retries_at_once_reaches_the_app_once_per_retry_after() -> None:
+    app = RefusesOdd()
+    door = ConcurrencyLimitMiddleware(app, Permits(8))
+    client = ("10.0.0.1", 40003)
+
+    async def main() -> None:
+        statuses, reached = [], []
+        started = time.perf_counter()
+        for _ in range(5):  # never waits: each request is sent as the last answer arrives
+            statuses.append((await post(door, client))[0])
+            reached.append(app.calls)
+        took = time.perf_counter() - started
+        # app 429, held 429, app 200 (the one after a held refusal is read), app 429, held 429
+        assert statuses == [429, 429, 200, 429, 429] and reached == [1, 1, 2, 3, 3]
+        assert 2 * RETRY_AFTER_S - 0.3 < took < 2 * RETRY_AFTER_S + 0.8  # two holds of one Retry-After each
+
+    asyncio.run(main())
