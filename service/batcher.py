@@ -399,6 +399,11 @@ class Batcher:
         """Closed, and no row left to run."""
         return self._closed and not self._queue and not self._spare
 
+    def share_idle_locked(self, other: Batcher) -> None:
+        """Count idle workers in ``other``'s list (batchers whose rows the same workers take, under one lock): a
+        worker parks once for all of them, and rows queued on any wake it."""
+        self._idle = other._idle
+
     def park_locked(self, entry: tuple[int, threading.Condition]) -> None:
         """Count ``entry`` (a worker number and its condition of ``lock``) among the idle workers new rows wake."""
         self._idle.append(entry)

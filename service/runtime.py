@@ -189,14 +189,12 @@ class Lanes:
         self.first = first  # the pool's own model
         self.lanes = [first]
         self._turn = 0
-        self._parked: list[tuple[int, threading.Condition]] = []
 
     def add(self, lane: Lane) -> None:
-        """Serve ``lane`` too (its batcher made with ``lock``); parked workers wake to wait on it as well."""
+        """Serve ``lane`` too (its batcher made with ``lock``): its rows wake the workers parked on the others."""
         with self.lock:
+            lane.batcher.share_idle_locked(self.first.batcher)
             self.lanes.append(lane)
-            for _, waiting in self._parked:
-                waiting.notify()
 
     def batchers(self) -> list[Batcher]:
         return [lane.batcher for lane in self.lanes]
@@ -205,28 +203,28 @@ class Lanes:
         """Block until a lane has a batch due (worker thread); None once every lane is closed and drained."""
         with self.lock:
             while True:
-                wait, count = math.inf, len(self.lanes)
+                wait, drained, count = math.inf, False, len(self.lanes)
                 for step in range(count):
                     lane = self.lanes[(self._turn + step) % count]
                     due = lane.batcher.poll_locked()
                     if isinstance(due, WorkBatch):
                         self._turn = (self._turn + step + 1) % count
                         return lane, due
-                    if due is not None:
+                    if due is None:
+                        drained = True
+                    else:
                         wait = min(wait, due)
-                self.lanes = [lane for lane in self.lanes if not lane.batcher.drained_locked()]
-                if not self.lanes:
-                    return None
-                entry, parked_on = (worker, threading.Condition(self.lock)), list(self.lanes)
-                self._parked.append(entry)
-                for lane in parked_on:
-                    lane.batcher.park_locked(entry)
+                if drained:
+                    self.lanes = [lane for lane in self.lanes if not lane.batcher.drained_locked()]
+                    if not self.lanes:
+                        return None
+                entry = (worker, threading.Condition(self.lock))
+                parked_on = self.lanes[0].batcher  # the lanes share one idle list (``add``)
+                parked_on.park_locked(entry)
                 try:
                     entry[1].wait(None if wait == math.inf else wait)
                 finally:
-                    self._parked.remove(entry)
-                    for lane in parked_on:
-                        lane.batcher.unpark_locked(entry)
+                    parked_on.unpark_locked(entry)
 
 
 class Worker:
