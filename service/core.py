@@ -123,8 +123,8 @@ class ModelRegistry:
 
     async def start_all(self) -> None:
         """Start and warm up every engine, readiness turning true when all are done: the models concurrently, each
-        LoRA adapter after its base, one at a time (they share their base's workers: warming a hundred at once
-        buys no time and leaves the heap of their hundred pending batches behind, ~30 KB an adapter)."""
+        LoRA adapter after its base, one at a time (they share their base's workers, so warming a hundred at once
+        buys no time; with 128 adapters it left ~10 KB more RSS per adapter at ready)."""
 
         async def start_with_adapters(base: Engine) -> None:
             await base.start()

@@ -232,7 +232,7 @@ def test_missing_checkpoint_is_one_line(tmp_path: Path, capsys: pytest.CaptureFi
 def test_a_tool_failure_becomes_a_one_line_export_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], checkpoint
 ) -> None:
-    def broken_quantiser(source: Path, target: Path, keep_fp32: object = ()) -> None:
+    def broken_quantiser(source: Path, target: Path, keep_fp32: object = (), reduce_range: bool = False) -> None:
         raise RuntimeError("quantiser exploded\nwith a second line of detail")
 
     monkeypatch.setattr(export_module.graph_rewrites, "quantize_int8", broken_quantiser)
