@@ -48,6 +48,7 @@ PODMAN = ["podman", "--runtime", "runc"]
 LIMITS_CONF = '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n'  # runc needs them here
 IN_FLIGHT = 20  # at least this many requests in flight at SIGTERM, all answered
 SENT_AT_SIGTERM = 25
+CALIBRATION_REQUESTS = 8  # each runs a batch of 256+ tokens, which moves the speed estimate a fifth of the way
 OLD_PORT, NEW_PORT, SERVICE_PORT = 18080, 18081, 18090
 
 
@@ -262,8 +263,14 @@ def server_in_flight(port: int) -> float:
 def check_sigterm_in_flight(checks: Checks, pod: str, port: int, grace_s: int) -> None:
     """A long request (about 3,700 tokens, half a second) takes the model first and the short ones queue behind it;
     SIGTERM comes once the pod itself counts them all in flight (its /metrics), so the count does not rest on timing.
-    Each request stays far below what admission refuses on a busy machine's estimate (a few seconds of 30)."""
+    Each request stays far below what admission refuses on a busy machine's estimate (a few seconds of 30).
+
+    The pod warmed beside the old one serving a steady client, so its QA model's measured seconds per token can be
+    several times too slow (a 2-core machine without VNNI refused 21 of the 25 at "11.8 s of work queued"); as live
+    traffic would, a few long requests one at a time first let its batches correct the estimate."""
     url = f"http://127.0.0.1:{port}/v1/question-answering"
+    answered = [http(url, question(80), 60)[0] for _ in range(CALIBRATION_REQUESTS)]
+    sys.stdout.write(f"[kube_check] before SIGTERM, long QA requests one at a time: {answered}\n")
     with ThreadPoolExecutor(SENT_AT_SIGTERM) as pool:
         answers = [pool.submit(http, url, question(80), 60)]
         time.sleep(0.05)

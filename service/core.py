@@ -122,16 +122,11 @@ class ModelRegistry:
         raise BadRequest(f"several models serve {task}; name one in 'model': {', '.join(serving)}")
 
     async def start_all(self) -> None:
-        """Start and warm up every engine, readiness turning true when all are done: the models concurrently, each
-        LoRA adapter after its base, one at a time (they share their base's workers, so warming a hundred at once
-        buys no time; with 128 adapters it left ~10 KB more RSS per adapter at ready)."""
-
-        async def start_with_adapters(base: Engine) -> None:
-            await base.start()
-            for adapter in (engine for engine in self.engines.values() if engine.rate_of is base):
-                await adapter.start()
-
-        await asyncio.gather(*(start_with_adapters(e) for e in self.engines.values() if e.rate_of is None))
+        """Start and warm up every engine, one after another (each LoRA adapter after its base); readiness turns
+        true when all are done. Not concurrently: each model's warm-up times a probe batch for admission's speed
+        estimate, and probes sharing the cores would each measure the model several times too slow."""
+        for engine in sorted(self.engines.values(), key=lambda e: e.rate_of is not None):
+            await engine.start()
         self.started = True
         logger.info("serving %d model(s): %s", len(self.engines), ", ".join(sorted(self.engines)))
 
