@@ -124,7 +124,7 @@ class ModelRegistry:
     async def start_all(self) -> None:
         """Start and warm up every engine, one after another (each LoRA adapter after its base); readiness turns
         true when all are done. Not concurrently: each model's warm-up times a probe batch for admission's speed
-        estimate, and probes sharing the cores would each measure the model several times too slow."""
+        estimate, and probes sharing the cores would each measure their model slower than it runs alone."""
         for engine in sorted(self.engines.values(), key=lambda e: e.rate_of is not None):
             await engine.start()
         self.started = True
