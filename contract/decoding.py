@@ -256,7 +256,7 @@ def decode_qa_answers(
         )
     min_null_score = 1000000.0
     pre_topk = top_k * 2 + 10  # the pipeline over-asks because word alignment merges candidates
-    answers: list[dict[str, Any]] = []
+    answers: dict[str, dict[str, Any]] = {}  # by lower-cased text, in first-found order
     for window, p_mask, window_start, window_end in zip(
         encoded.windows, encoded.p_masks, start_logits, end_logits, strict=True
     ):
@@ -273,16 +273,17 @@ def decode_qa_answers(
         for start_token, end_token, score in zip(starts, ends, scores, strict=True):
             start_char, end_char = char_span(window, int(start_token), int(end_token))
             text = encoded.context[start_char:end_char]
-            same = next((answer for answer in answers if answer["answer"].lower() == text.lower()), None)
+            same = answers.get(text.lower())
             if same is None:
-                answers.append({"score": score.item(), "start": start_char, "end": end_char, "answer": text})
+                answers[text.lower()] = {"score": score.item(), "start": start_char, "end": end_char, "answer": text}
             elif score_aggregation == "sum":
                 same["score"] += score.item()
             elif score.item() > same["score"]:
                 same.update(score=score.item(), start=start_char, end=end_char, answer=text)
+    found = list(answers.values())
     if handle_impossible_answer:
-        answers.append({"score": min_null_score, "start": 0, "end": 0, "answer": ""})
-    answers = sorted(answers, key=lambda answer: answer["score"], reverse=True)[:top_k]
+        found.append({"score": min_null_score, "start": 0, "end": 0, "answer": ""})
+    best = sorted(found, key=lambda answer: answer["score"], reverse=True)[:top_k]
     return [
         {
             "answer": answer["answer"],
@@ -290,5 +291,5 @@ def decode_qa_answers(
             "start": answer["start"],
             "end": answer["end"],
         }
-        for answer in answers
+        for answer in best
     ]

@@ -68,6 +68,8 @@ class ModelContext:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt: str = ""
     token_embeddings: bool = False  # feature-extraction: the graph also gives its token states (TEI's /embed_all)
+    # token classification: a lone token's decoded string, filled as tokens are met (at most the vocabulary)
+    token_strings: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     # Worked out once here, not per request: the NLI head's entailment label (zero-shot; None: none) and the
     # default overlap of the windows over a long text (token classification).
     entailment_id: int | None = field(init=False)

@@ -21,6 +21,8 @@ def public_entity(entity: dict[str, Any]) -> dict[str, Any]:
 def gather_pre_entities(ctx: ModelContext, text: str, window: Encoding, scores: np.ndarray) -> list[dict[str, Any]]:
     unk_id = ctx.unk_token_id
     word_aware = bool(getattr(ctx.tokenizer.model, "continuing_subword_prefix", None))
+    best = scores.argmax(axis=-1)  # (T,): each token's label, worked out for the whole window at once
+    best_scores = scores[np.arange(len(best)), best]
     pre_entities = []
     for index, (token_id, special, (start, end)) in enumerate(
         zip(window.ids, window.special_tokens_mask, window.offsets, strict=True)
@@ -38,6 +40,8 @@ def gather_pre_entities(ctx: ModelContext, text: str, window: Encoding, scores: 
             {
                 "word": word,
                 "scores": scores[index],
+                "best": best[index],
+                "best_score": best_scores[index],
                 "start": start,
                 "end": end,
                 "index": index,
@@ -52,20 +56,37 @@ def _label(ctx: ModelContext, index: int) -> str:
 
 
 def _decode_tokens(ctx: ModelContext, tokens: list[str]) -> str:
-    """transformers' ``convert_tokens_to_string`` for fast tokenizers."""
+    """transformers' ``convert_tokens_to_string`` for fast tokenizers; a lone token's string is kept per model."""
+    if len(tokens) == 1:
+        decoded = ctx.token_strings.get(tokens[0])
+        if decoded is None:
+            decoded = ctx.token_strings[tokens[0]] = _decode(ctx, tokens)
+        return decoded
+    return _decode(ctx, tokens)
+
+
+def _decode(ctx: ModelContext, tokens: list[str]) -> str:
     decoder = ctx.tokenizer.decoder
     return decoder.decode(tokens) if decoder is not None else " ".join(tokens)
+
+
+def _nanmean(values: list[Any]) -> Any:
+    """``np.nanmean(values)``, without its per-call cost when no value is NaN (the same sum and division)."""
+    array = np.asarray(values)
+    if np.isnan(array).any():
+        return np.nanmean(array)
+    total = np.sum(array)
+    return total.dtype.type(total / np.intp(len(values)))
 
 
 def aggregate(ctx: ModelContext, pre_entities: list[dict[str, Any]], strategy: str) -> list[dict[str, Any]]:
     if strategy in ("none", "simple"):
         entities = []
         for pre_entity in pre_entities:
-            entity_idx = pre_entity["scores"].argmax()
             entities.append(
                 {
-                    "entity": _label(ctx, entity_idx),
-                    "score": pre_entity["scores"][entity_idx],
+                    "entity": _label(ctx, pre_entity["best"]),
+                    "score": pre_entity["best_score"],
                     "index": pre_entity["index"],
                     "word": pre_entity["word"],
                     "start": pre_entity["start"],
@@ -125,7 +146,7 @@ def _get_tag(entity_name: str) -> tuple[str, str]:
 
 
 def _group_sub_entities(ctx: ModelContext, entities: list[dict[str, Any]]) -> dict[str, Any]:
-    score = entities[0]["score"] if len(entities) == 1 else np.nanmean([entity["score"] for entity in entities])
+    score = entities[0]["score"] if len(entities) == 1 else _nanmean([entity["score"] for entity in entities])
     return {
         "entity_group": entities[0]["entity"].split("-", 1)[-1],
         "score": score,
@@ -139,17 +160,15 @@ def _group_entities(ctx: ModelContext, entities: list[dict[str, Any]]) -> list[d
     """Group adjacent entities with the same tag; a B- tag starts a new group."""
     entity_groups = []
     current: list[dict[str, Any]] = []
+    last_tag = ""
     for entity in entities:
-        if not current:
-            current.append(entity)
-            continue
         bi, tag = _get_tag(entity["entity"])
-        _, last_tag = _get_tag(current[-1]["entity"])
-        if tag == last_tag and bi != "B":
+        if not current or (tag == last_tag and bi != "B"):
             current.append(entity)
         else:
             entity_groups.append(_group_sub_entities(ctx, current))
             current = [entity]
+        last_tag = tag
     if current:
         entity_groups.append(_group_sub_entities(ctx, current))
     return entity_groups
