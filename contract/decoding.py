@@ -7,10 +7,10 @@ fine-tuning run reports is then computed through exactly what the service answer
 Question answering follows transformers 4.57.6 ``QuestionAnsweringPipeline`` (fast-tokenizer path):
 the context is split into overlapping windows (``only_second`` truncation to ``max_seq_len`` with
 ``doc_stride`` overlap); every window is one model row. Span decoding, the null answer, merging of
-equal answers across windows and word alignment follow the pipeline (``decode_spans`` /
-``select_starts_ends`` are transcribed with the same numpy operations so that ties break the same
-way). As in that path, ``max_question_len`` does not truncate the question: a question that leaves
-no room for the context is an input error.
+equal answers across windows and word alignment follow the pipeline (its ``select_starts_ends`` and
+``decode_spans`` are transcribed with the same numpy operations, row by row over the windows of one
+length, so that ties break the same way). As in that path, ``max_question_len`` does not truncate
+the question: a question that leaves no room for the context is an input error.
 
 Word-level token classification (pre-split words) is ``contract.word_decoding``, on the same windowing.
 
@@ -160,56 +160,66 @@ def encode_question_contexts(
     ]
 
 
-def decode_spans(
-    start: np.ndarray, end: np.ndarray, topk: int, max_answer_len: int, undesired_tokens: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pipeline's ``decode_spans``: the ``topk`` best (start, end) pairs by start * end probability."""
-    if start.ndim == 1:
-        start = start[None]
-    if end.ndim == 1:
-        end = end[None]
-    outer = np.matmul(np.expand_dims(start, -1), np.expand_dims(end, 1))  # (1, T, T)
-    candidates = np.tril(np.triu(outer), max_answer_len - 1)
-    scores_flat = candidates.flatten()
-    if topk == 1:
-        idx_sort = np.array([np.argmax(scores_flat)])
-    elif len(scores_flat) < topk:
-        idx_sort = np.argsort(-scores_flat)
-    else:
-        idx = np.argpartition(-scores_flat, topk)[0:topk]
-        idx_sort = idx[np.argsort(-scores_flat[idx])]
-    starts, ends = np.unravel_index(idx_sort, candidates.shape)[1:]
-    # like the pipeline: membership in the (row, column) index pair of a (1, T) mask
-    allowed = undesired_tokens.nonzero()
-    desired_spans = np.isin(starts, allowed) & np.isin(ends, allowed)
-    starts = starts[desired_spans]
-    ends = ends[desired_spans]
-    return starts, ends, candidates[0, starts, ends]
+# (T, T) band masks by (T, max_answer_len): where an answer may start at i and end at j (i <= j < i + max_answer_len)
+_BANDS: dict[tuple[int, int], np.ndarray] = {}
+_CANDIDATE_BYTES = 32 << 20  # windows' (T, T) candidate scores worked out at once, at most
 
 
-def select_starts_ends(
+def _band(length: int, max_answer_len: int) -> np.ndarray:
+    band = _BANDS.get((length, max_answer_len))
+    if band is None:
+        band = np.tril(np.triu(np.ones((length, length), dtype=bool)), max_answer_len - 1)
+        if len(_BANDS) < 64:
+            _BANDS[(length, max_answer_len)] = band
+    return band
+
+
+def select_window_spans(
     start: np.ndarray,
     end: np.ndarray,
     p_mask: np.ndarray,
-    min_null_score: float,
     top_k: int,
-    handle_impossible_answer: bool,
     max_answer_len: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """The pipeline's ``select_starts_ends`` for one unpadded window; ``start``/``end`` are (1, T) logits."""
-    undesired_tokens = np.abs(p_mask.astype(np.int64) - 1)[None]  # (1, T): 1 where the answer may be
-    undesired_tokens_mask = undesired_tokens == 0.0
-    start = np.where(undesired_tokens_mask, -10000.0, start)
-    end = np.where(undesired_tokens_mask, -10000.0, end)
+) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
+    """The pipeline's ``select_starts_ends`` and ``decode_spans`` for W windows of one length T at once, with its
+    numpy operations row by row (so ties break the same way): ``start`` / ``end`` (W, T) logits, ``p_mask`` (W, T).
+
+    Returns each window's ``(starts, ends, scores)``, best first, and (W,) its null answer's score (CLS start x
+    CLS end probability)."""
+    allowed = ~p_mask  # (W, T): where the answer may be
+    start = np.where(p_mask, -10000.0, start)
+    end = np.where(p_mask, -10000.0, end)
     start = np.exp(start - start.max(axis=-1, keepdims=True))
-    start = start / start.sum()
+    start = start / start.sum(axis=-1, keepdims=True)
     end = np.exp(end - end.max(axis=-1, keepdims=True))
-    end = end / end.sum()
-    if handle_impossible_answer:
-        min_null_score = min(min_null_score, (start[0, 0] * end[0, 0]).item())
-    start[0, 0] = end[0, 0] = 0.0
-    starts, ends, scores = decode_spans(start, end, top_k, min(max_answer_len, start.shape[-1]), undesired_tokens)
-    return starts, ends, scores, min_null_score
+    end = end / end.sum(axis=-1, keepdims=True)
+    null_scores = start[:, 0] * end[:, 0]
+    start[:, 0] = end[:, 0] = 0.0
+    windows, length = start.shape
+    band = _band(length, min(max_answer_len, length))
+    # like the pipeline: membership in the (row, column) index pair of a (1, T) mask, so column 0 counts as allowed
+    # whenever anything is
+    members = allowed.copy()
+    members[:, 0] |= allowed.any(axis=1)
+    spans: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    step = max(1, _CANDIDATE_BYTES // (4 * length * length))
+    for first in range(0, windows, step):
+        rows = slice(first, first + step)
+        outer = start[rows, :, None] * end[rows, None, :]  # (w, T, T): start x end probability
+        scores_flat = np.where(band, outer, 0.0).reshape(outer.shape[0], -1)
+        if top_k == 1:
+            idx_sort = scores_flat.argmax(axis=1)[:, None]
+        elif scores_flat.shape[1] < top_k:
+            idx_sort = np.argsort(-scores_flat, axis=1)
+        else:
+            idx = np.argpartition(-scores_flat, top_k, axis=1)[:, :top_k]
+            idx_sort = np.take_along_axis(idx, np.argsort(-np.take_along_axis(scores_flat, idx, 1), axis=1), 1)
+        starts, ends = idx_sort // length, idx_sort % length
+        scores = np.take_along_axis(scores_flat, idx_sort, 1)
+        window_members = members[rows]
+        desired = np.take_along_axis(window_members, starts, 1) & np.take_along_axis(window_members, ends, 1)
+        spans += [(s[d], e[d], v[d]) for s, e, v, d in zip(starts, ends, scores, desired, strict=True)]
+    return spans, null_scores
 
 
 def char_span(window: Encoding, start_token: int, end_token: int) -> tuple[int, int]:
@@ -256,20 +266,24 @@ def decode_qa_answers(
         )
     min_null_score = 1000000.0
     pre_topk = top_k * 2 + 10  # the pipeline over-asks because word alignment merges candidates
-    answers: dict[str, dict[str, Any]] = {}  # by lower-cased text, in first-found order
-    for window, p_mask, window_start, window_end in zip(
-        encoded.windows, encoded.p_masks, start_logits, end_logits, strict=True
-    ):
-        length = len(window.ids)
-        starts, ends, scores, min_null_score = select_starts_ends(
-            np.asarray(window_start)[:length][None],
-            np.asarray(window_end)[:length][None],
-            p_mask,
-            min_null_score,
+    by_length: dict[int, list[int]] = {}
+    for index, window in enumerate(encoded.windows):
+        by_length.setdefault(len(window.ids), []).append(index)
+    spans: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [None] * len(encoded.windows)  # type: ignore[list-item]
+    for length, indices in by_length.items():
+        window_spans, null_scores = select_window_spans(
+            np.stack([np.asarray(start_logits[i])[:length] for i in indices]),
+            np.stack([np.asarray(end_logits[i])[:length] for i in indices]),
+            np.stack([encoded.p_masks[i] for i in indices]),
             pre_topk,
-            handle_impossible_answer,
             max_answer_len,
         )
+        for i, one_window in zip(indices, window_spans, strict=True):
+            spans[i] = one_window
+        if handle_impossible_answer:
+            min_null_score = min(min_null_score, *null_scores.tolist())
+    answers: dict[str, dict[str, Any]] = {}  # by lower-cased text, in first-found order
+    for window, (starts, ends, scores) in zip(encoded.windows, spans, strict=True):
         for start_token, end_token, score in zip(starts, ends, scores, strict=True):
             start_char, end_char = char_span(window, int(start_token), int(end_token))
             text = encoded.context[start_char:end_char]

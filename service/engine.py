@@ -24,7 +24,8 @@ from tokenizers import Encoding
 
 from contract.bundle import Bundle, BundleError, read_bundle
 from contract.tasks import task_spec
-from service.batcher import Batcher, BatchPolicy, RowOutputs
+from service.batch_rows import BatchPolicy, RowOutputs
+from service.batcher import Batcher
 from service.device import CPU, Device, DeviceUnavailable, resolve_device
 from service.errors import BadRequest, NotReady, Overloaded, PayloadTooLarge, RequestTimeout
 from service.prepare_stage import (

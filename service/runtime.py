@@ -28,7 +28,8 @@ import numpy as np
 import onnxruntime as ort
 
 from contract.onnx_io import PaddedRows, ort_session, pad_token_rows
-from service.batcher import Batcher, RowOutputs, WorkBatch
+from service.batch_rows import RowOutputs, WorkBatch
+from service.batcher import Batcher
 from service.device import CPU, Device, check_session_device
 from service.errors import InferenceError, NotReady
 

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.batcher import SPARE_BATCH_SCALE, Batcher, BatchPolicy, RowOutputs, choose_rows
+from service.batch_rows import BatchPolicy, RowOutputs, choose_rows
+from service.batcher import SPARE_BATCH_SCALE, Batcher
 from service.errors import InferenceError, NotReady, Overloaded, PayloadTooLarge, RequestTimeout
 from service.runtime import Lane, Lanes, Worker
 from service.settings import Settings
