@@ -23,6 +23,7 @@ from contract.decoding import (
     decode_qa_answers,
     encode_question_contexts,
     resolve_window,
+    select_window_spans,
     windowing_tokenizer,
 )
 from contract.word_decoding import encode_word_lists, label_words, word_spans
@@ -319,3 +320,32 @@ def test_a_question_without_room_for_context_is_a_decode_input_error(base: Token
     with pytest.raises(DecodeInputError, match="doc_stride"):
         qa_encode(base, "where " * 20 + "?", context, max_seq_len=32, doc_stride=8)
     qa_encode(base, "where " * 20 + "?", "Paris.", max_seq_len=32, doc_stride=8)  # fits: no windowing needed
+
+
+@pytest.mark.parametrize("top_k", [1, 3, 22, 40])
+@pytest.mark.parametrize("logits", ["random", "tied"])
+def test_window_spans_equal_the_pipelines_window_by_window(top_k: int, logits: str) -> None:
+    """Several windows at once, against transformers' own per-window ``select_starts_ends``: the same spans in the
+    same order (ties too: small integer logits), the same scores and null scores. Short windows with a top_k past
+    the candidates, a window whose only allowed token is CLS and one with CLS masked included."""
+    from transformers.pipelines.question_answering import select_starts_ends
+
+    rng = np.random.default_rng(top_k)
+    windows, length, max_answer_len = 7, 6, 3
+    if logits == "random":
+        start, end = rng.normal(size=(2, windows, length)).astype(np.float32)
+    else:
+        start, end = rng.integers(0, 3, size=(2, windows, length)).astype(np.float32)
+    p_mask = rng.random((windows, length)) < 0.4
+    p_mask[:-2, 0] = False  # CLS unmasked (the null answer), as qa_p_mask leaves it
+    p_mask[-2, 0] = True  # CLS masked: the pipeline still counts index 0 as allowed (its index-pair membership)
+    p_mask[-1, 1:] = True  # nothing but CLS may be an answer
+    spans, null_scores = select_window_spans(start, end, p_mask, top_k, max_answer_len)
+    for w in range(windows):
+        starts, ends, scores, null = select_starts_ends(
+            start[w][None], end[w][None], p_mask[w][None].astype(np.int64), None, 1e6, top_k, True, max_answer_len
+        )
+        np.testing.assert_array_equal(spans[w][0], starts)
+        np.testing.assert_array_equal(spans[w][1], ends)
+        np.testing.assert_array_equal(spans[w][2], scores)
+        assert null_scores[w].item() == null
