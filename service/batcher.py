@@ -45,6 +45,10 @@ from service.tracing import RequestRecord, queue_spans
 # rest is headroom for the rate estimate's error and for the batches already running.
 ADMIT_WITHIN = 0.4
 RATE_SMOOTHING = 0.2  # weight of the newest batch in the seconds-per-token average
+# With no batch measured for this long, the estimate has gone (1 - 1/e) of the way back to the best rate the model
+# has shown: a rate measured while the cores were shared, high enough to refuse every request, would otherwise never
+# be measured again.
+RATE_STALE_S = 5.0
 SHED_REASONS = ("before_tokenizing", "queue_full", "over_budget", "too_big", "expired")
 # Background rows have no deadline to keep: their batches are grouped from this many times more rows (fewer pads).
 SPARE_LOOKAHEAD = 4
@@ -87,6 +91,8 @@ class Batcher:
         self._suspended: NotReady | None = None  # set while the model has no live worker
         self._queued_tokens = 0  # tokens of the rows in _queue, live or not
         self._seconds_per_token: float | None = None  # one worker's, measured on batches of >= rate_min_tokens
+        self._best_seconds_per_token = math.inf  # the fastest batch measured: what the model does alone
+        self._rate_at = 0.0  # when the last batch was measured
         self.rate_min_tokens = min(256, policy.max_batch_tokens)
         self._last_purge = 0.0
         self.dropped_rows = 0
@@ -103,8 +109,13 @@ class Batcher:
 
     @property
     def seconds_per_token(self) -> float | None:
-        """One worker's measured model time per real token (None until a large enough batch ran)."""
-        return self._seconds_per_token
+        """One worker's measured model time per real token (None until a large enough batch ran), relaxing towards
+        the best measured while no batch is measured (``RATE_STALE_S``)."""
+        known = self._seconds_per_token
+        if known is None or known <= self._best_seconds_per_token:
+            return known
+        stale = math.exp((self._rate_at - time.perf_counter()) / RATE_STALE_S)
+        return self._best_seconds_per_token + (known - self._best_seconds_per_token) * stale
 
     def submit(
         self, sequences: list[ModelRow], timeout_s: float | None = None, traced: bool = False, spare: bool = False
@@ -164,31 +175,35 @@ class Batcher:
 
     def seconds_ahead(self) -> float:
         """Model time of the rows queued now, spread over the parallel runs (0 until a rate is measured)."""
-        return self._queued_tokens * (self._seconds_per_token or 0.0) / self.parallel_runs
+        return self._queued_tokens * (self.seconds_per_token or 0.0) / self.parallel_runs
 
-    def estimate_seconds(self, tokens: int, rows: int) -> float | None:
+    def estimate_seconds(self, tokens: int, rows: int, alone: bool = False) -> float | None:
         """Model time for ``rows`` rows of ``tokens`` tokens in all, spread over the parallel runs (None: not
-        measured)."""
-        if self._seconds_per_token is None:
+        measured); ``alone``: at the best rate measured, as on cores nothing else is using."""
+        rate = self.seconds_per_token
+        if rate is None:
             return None
-        return tokens * self._seconds_per_token / max(1, min(self.parallel_runs, rows))
+        if alone:
+            rate = min(rate, self._best_seconds_per_token)
+        return tokens * rate / max(1, min(self.parallel_runs, rows))
 
     def _admit_locked(self, tokens: int, rows: int, timeout_s: float, now: float) -> None:
         own = self.estimate_seconds(tokens, rows)
         if own is None:
             return
         budget = ADMIT_WITHIN * timeout_s
-        if own > budget:
+        alone = self.estimate_seconds(tokens, rows, alone=True)
+        if alone is not None and alone > budget:  # 413 for the request, not for the load: at the model's best
             self.shed["too_big"] += 1
             raise PayloadTooLarge(
-                f"the request's {tokens} tokens need about {own:.1f} s of model {self.name}'s time, more than the "
+                f"the request's {tokens} tokens need about {alone:.1f} s of model {self.name}'s time, more than the "
                 f"{budget:.3g} s it may take of its {timeout_s:.3g} s deadline: send fewer or shorter inputs"
             )
-        if self._queued_tokens + tokens > 0 and self._over_budget_locked(tokens, own, budget):
+        if self._over_budget_locked(tokens, own, budget):
             self._purge_locked(now, force=False)
             if self._over_budget_locked(tokens, own, budget):
                 self.shed["over_budget"] += 1
-                ahead = self._queued_tokens * (self._seconds_per_token or 0.0) / self.parallel_runs
+                ahead = self.seconds_ahead()
                 raise Overloaded(
                     f"model {self.name} has about {ahead:.1f} s of work queued; this request would not end within "
                     f"its {timeout_s:.3g} s deadline",
@@ -196,8 +211,7 @@ class Batcher:
                 )
 
     def _over_budget_locked(self, tokens: int, own: float, budget: float) -> bool:
-        ahead = self._queued_tokens * (self._seconds_per_token or 0.0) / self.parallel_runs
-        return ahead + own > budget
+        return self.seconds_ahead() + own > budget
 
     async def run(
         self,
@@ -307,14 +321,16 @@ class Batcher:
     def adopt_rate(self, other: Batcher) -> None:
         """Start from ``other``'s measured time per token (a model that computes as ``other``'s does)."""
         if self._seconds_per_token is None:
-            self._seconds_per_token = other.seconds_per_token
+            self._seconds_per_token = other._seconds_per_token
+            self._best_seconds_per_token, self._rate_at = other._best_seconds_per_token, other._rate_at
 
     def record_rate(self, real_tokens: int, elapsed_s: float) -> None:
         """Fold one batch's model time into the seconds-per-token estimate (batches too small to tell are skipped)."""
         if elapsed_s <= 0 or real_tokens < self.rate_min_tokens:
             return
         measured = elapsed_s / real_tokens
-        known = self._seconds_per_token
+        self._best_seconds_per_token = min(self._best_seconds_per_token, measured)
+        known, self._rate_at = self.seconds_per_token, time.perf_counter()
         if known is not None:
             measured = (1 - RATE_SMOOTHING) * known + RATE_SMOOTHING * measured
         self._seconds_per_token = measured
@@ -392,9 +408,10 @@ class Batcher:
 
     def _retry_after_locked(self, tokens: int, budget: float) -> int:
         """Seconds until the queue has drained enough for ``tokens`` more to fit in ``budget`` (1 when unknown)."""
-        if self._seconds_per_token is None:
+        rate = self.seconds_per_token
+        if rate is None:
             return 1
-        excess = tokens * self._seconds_per_token / self.parallel_runs - budget
+        excess = tokens * rate / self.parallel_runs - budget
         return max(1, math.ceil(excess))
 
     def _take_batch_locked(self, spare: bool = False) -> WorkBatch | None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 
 import pytest
 
-from service.batcher import ADMIT_WITHIN
+from service.batcher import ADMIT_WITHIN, RATE_STALE_S
 from service.errors import Overloaded, PayloadTooLarge, RequestTimeout
 from service.settings import Settings
 from tests.service.apptools import gate_engine, serving
@@ -117,6 +118,59 @@ def test_the_rate_comes_from_batches_large_enough_to_tell() -> None:
     assert batcher.seconds_per_token == pytest.approx(0.8 * 0.001 + 0.2 * 0.002)
 
 
+def test_a_request_that_fits_at_the_models_best_rate_gets_429_not_413_while_the_rate_is_slow() -> None:
+    """A rate measured while other work shared the cores says nothing about the request itself: 413 (send less) is
+    decided at the best rate the model has shown, the slow rate only refuses for now (429, retry)."""
+    harness = make(limits(max_batch_tokens=100_000, max_batch_size=64), EchoRunner())
+    batcher = harness.batcher
+    batcher.record_rate(1000, 1.0)  # alone: one millisecond per token
+    for _ in range(20):
+        batcher.record_rate(1000, 4.0)  # then four, with the cores shared
+    assert batcher.seconds_per_token == pytest.approx(0.004, rel=0.05)
+
+    async def main() -> None:
+        with pytest.raises(Overloaded, match="would not end within") as refused:
+            batcher.submit(rows_of(3000, marker=7), TIMEOUT_S)  # 12 s now, 3 s alone: within the 4 s budget
+        assert refused.value.retry_after_s >= 1
+        with pytest.raises(PayloadTooLarge, match=r"4500 tokens need about 4\.5 s"):
+            batcher.submit(rows_of(4500, marker=8), TIMEOUT_S)  # too big even alone
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    assert batcher.shed["over_budget"] == 1 and batcher.shed["too_big"] == 1
+
+
+def test_a_slow_rate_that_refuses_everything_relaxes_back_to_the_best_one() -> None:
+    """Refused requests run no batch, so nothing would measure the rate again: without a batch measured, the
+    estimate goes back towards the model's best rate, and the request refused before is admitted."""
+    runner = EchoRunner()
+    harness = make(limits(max_batch_tokens=100_000, max_batch_size=64), runner)
+    batcher = harness.batcher
+    batcher.record_rate(1000, 1.0)
+    for _ in range(20):
+        batcher.record_rate(1000, 4.0)
+
+    async def main() -> None:
+        with pytest.raises(Overloaded):
+            batcher.submit(rows_of(3000, marker=7), TIMEOUT_S)
+        batcher._rate_at -= RATE_STALE_S  # one RATE_STALE_S without a batch: (1 - 1/e) of the way back
+        assert batcher.seconds_per_token == pytest.approx(0.001 + 0.003 / math.e, rel=0.05)
+        with pytest.raises(Overloaded):
+            batcher.submit(rows_of(3000, marker=7), TIMEOUT_S)  # 2.1 ms a token: still over the budget
+        batcher._rate_at -= 3 * RATE_STALE_S
+        assert batcher.seconds_per_token == pytest.approx(0.001, rel=0.06)
+        outputs = await batcher.run(rows_of(3000, marker=9), TIMEOUT_S)
+        assert len(outputs) == 6
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    assert 7 not in runner.seen_ids() and 9 in runner.seen_ids()
+
+
 def test_the_service_refuses_a_request_too_big_for_its_deadline_before_running_it(
     text_classification_model: TinyModel,
 ) -> None:
@@ -130,7 +184,8 @@ def test_the_service_refuses_a_request_too_big_for_its_deadline_before_running_i
             assert engine.batcher.seconds_per_token is not None, "warm-up measures the model's rate"
             runner, gate = gate_engine(engine)
             gate.set()
-            engine.batcher._seconds_per_token = 1.0  # a model this slow cannot do 22 tokens in 12 s
+            # a model this slow, even at its best, cannot do 22 tokens in 12 s
+            engine.batcher._seconds_per_token = engine.batcher._best_seconds_per_token = 1.0
             response = await client.post("/v1/text-classification", json={"inputs": "monday tuesday " * 10})
             assert_error(response, 413, "payload_too_large", "fewer or shorter inputs")
             assert engine.context.tokenizer.token_to_id("monday") not in runner.seen_ids()
