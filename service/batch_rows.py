@@ -1,6 +1,7 @@
 """A request's rows in flight (``PendingRequest``), the queued rows (``WorkItem``), the batches cut from them
-(``WorkBatch``), the batcher's limits (``BatchPolicy``) and ``choose_rows``, which picks the queued rows that form one
-batch: a run of neighbouring lengths that fits the padded-token budget and does not lose efficiency to padding."""
+(``WorkBatch``), the batcher's limits (``BatchPolicy``, ``batch_policy``) and ``choose_rows``, which picks the queued
+rows that form one batch: a run of neighbouring lengths that fits the padded-token budget and does not lose
+efficiency to padding."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from service.errors import RequestTimeout
 from service.settings import Settings
 from service.tasks.base import ModelRow
+
+if TYPE_CHECKING:
+    from service.runtime import ModelRunner
 
 RowOutputs = dict[str, np.ndarray]
 
@@ -155,3 +160,24 @@ def expire_request(request: PendingRequest, timeout_s: float | None) -> None:
     if not request.future.done():
         waited = "its deadline" if timeout_s is None else f"{timeout_s:g} s"
         request.future.set_exception(RequestTimeout(f"request timed out after {waited}"))
+
+
+# fill-mask's logits are (B, T, vocab) float32: 4096 tokens x 30522 words would be 500 MB per batch.
+MAX_TOKEN_OUTPUT_BYTES = 256 << 20
+
+
+def token_output_width(runner: ModelRunner, token_level: frozenset[str]) -> int:
+    """Floats per token of the widest per-token output, from the graph's declared shapes (0 when unknown)."""
+    widths = [0]
+    for name, shape in getattr(runner, "output_shapes", {}).items():
+        if name in token_level:
+            widths.append(int(np.prod([dim for dim in shape[2:] if isinstance(dim, int)] or [1])))
+    return max(widths)
+
+
+def batch_policy(settings: Settings, floats_per_token: int = 0) -> BatchPolicy:
+    """The batcher's limits; ``floats_per_token`` (the widest token-level output) caps the token budget."""
+    max_tokens = settings.max_batch_tokens
+    if floats_per_token > 0:
+        max_tokens = max(1, min(max_tokens, MAX_TOKEN_OUTPUT_BYTES // (4 * floats_per_token)))
+    return BatchPolicy.from_settings(settings, max_batch_tokens=max_tokens)

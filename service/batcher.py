@@ -38,17 +38,13 @@ from service.batch_rows import (
     resolve_requests,
 )
 from service.errors import NotReady, Overloaded, PayloadTooLarge, ServiceError
+from service.model_rate import ModelRate
 from service.tasks.base import ModelRow
 from service.tracing import RequestRecord, queue_spans
 
 # Admit a request only when the work ahead of it and its own should end within this share of its deadline: the
 # rest is headroom for the rate estimate's error and for the batches already running.
 ADMIT_WITHIN = 0.4
-RATE_SMOOTHING = 0.2  # weight of the newest batch in the seconds-per-token average
-# With no batch measured for this long, the estimate has gone (1 - 1/e) of the way back to the best rate the model
-# has shown: a rate measured while the cores were shared, high enough to refuse every request, would otherwise never
-# be measured again.
-RATE_STALE_S = 5.0
 SHED_REASONS = ("before_tokenizing", "queue_full", "over_budget", "too_big", "expired")
 # Background rows have no deadline to keep: their batches are grouped from this many times more rows (fewer pads).
 SPARE_LOOKAHEAD = 4
@@ -90,10 +86,7 @@ class Batcher:
         self._closed = False
         self._suspended: NotReady | None = None  # set while the model has no live worker
         self._queued_tokens = 0  # tokens of the rows in _queue, live or not
-        self._seconds_per_token: float | None = None  # one worker's, measured on batches of >= rate_min_tokens
-        self._best_seconds_per_token = math.inf  # the fastest batch measured: what the model does alone
-        self._rate_at = 0.0  # when the last batch was measured
-        self.rate_min_tokens = min(256, policy.max_batch_tokens)
+        self.rate = ModelRate(min(256, policy.max_batch_tokens))  # one worker's seconds per token
         self._last_purge = 0.0
         self.dropped_rows = 0
         self.shed = dict.fromkeys(SHED_REASONS, 0)  # requests refused or dropped unanswered, by reason
@@ -109,21 +102,22 @@ class Batcher:
 
     @property
     def seconds_per_token(self) -> float | None:
-        """One worker's measured model time per real token (None until a large enough batch ran), relaxing towards
-        the best measured while no batch is measured (``RATE_STALE_S``)."""
-        known = self._seconds_per_token
-        if known is None or known <= self._best_seconds_per_token:
-            return known
-        stale = math.exp((self._rate_at - time.perf_counter()) / RATE_STALE_S)
-        return self._best_seconds_per_token + (known - self._best_seconds_per_token) * stale
+        """One worker's measured model time per real token (None until a large enough batch ran)."""
+        return self.rate.seconds_per_token
 
     def submit(
-        self, sequences: list[ModelRow], timeout_s: float | None = None, traced: bool = False, spare: bool = False
+        self,
+        sequences: list[ModelRow],
+        timeout_s: float | None = None,
+        traced: bool = False,
+        spare: bool = False,
+        reserve_s: float = 0.0,
     ) -> PendingRequest:
         """Queue one request's rows (on the event loop). Refuses work that cannot end in time: PayloadTooLarge
         when the request alone cannot, Overloaded when the queue ahead of it is too long or too many rows.
         ``traced``: the request keeps the times of the batches that ran its rows. ``spare``: background rows, with
-        no deadline, run when no online row waits."""
+        no deadline, run when no online row waits. ``reserve_s``: of ``timeout_s``, what the request's work after
+        the model (its decoding) is expected to take: the work queued and its own must end before it."""
         loop = asyncio.get_running_loop()
         now = time.perf_counter()
         if spare:
@@ -164,7 +158,7 @@ class Batcher:
                         retry_after_s=self._retry_after_locked(self._queued_tokens + tokens, 0.0),
                     )
             if timeout_s is not None:
-                self._admit_locked(tokens, len(items), timeout_s, now)
+                self._admit_locked(tokens, len(items), timeout_s, now, reserve_s)
             self._queue.extend(items)
             self._queued_tokens += tokens
             if self._idle:  # waking a busy worker costs a GIL hand-off per request
@@ -180,14 +174,12 @@ class Batcher:
     def estimate_seconds(self, tokens: int, rows: int, alone: bool = False) -> float | None:
         """Model time for ``rows`` rows of ``tokens`` tokens in all, spread over the parallel runs (None: not
         measured); ``alone``: at the best rate measured, as on cores nothing else is using."""
-        rate = self.seconds_per_token
+        rate = self.rate.alone() if alone else self.rate.seconds_per_token
         if rate is None:
             return None
-        if alone:
-            rate = min(rate, self._best_seconds_per_token)
         return tokens * rate / max(1, min(self.parallel_runs, rows))
 
-    def _admit_locked(self, tokens: int, rows: int, timeout_s: float, now: float) -> None:
+    def _admit_locked(self, tokens: int, rows: int, timeout_s: float, now: float, reserve_s: float = 0.0) -> None:
         own = self.estimate_seconds(tokens, rows)
         if own is None:
             return
@@ -199,6 +191,7 @@ class Batcher:
                 f"the request's {tokens} tokens need about {alone:.1f} s of model {self.name}'s time, more than the "
                 f"{budget:.3g} s it may take of its {timeout_s:.3g} s deadline: send fewer or shorter inputs"
             )
+        budget = ADMIT_WITHIN * max(0.0, timeout_s - reserve_s)
         if self._over_budget_locked(tokens, own, budget):
             self._purge_locked(now, force=False)
             if self._over_budget_locked(tokens, own, budget):
@@ -219,12 +212,14 @@ class Batcher:
         timeout_s: float | None = None,
         record: RequestRecord | None = None,
         spare: bool = False,
+        reserve_s: float = 0.0,
     ) -> list[RowOutputs]:
         """Submit rows and wait for their outputs; a cancelled caller's rows never reach the model. ``record``: the
-        request's access line, given its rows, tokens, queue and model time; ``spare``: background rows."""
+        request's access line, given its rows, tokens, queue and model time; ``spare``: background rows;
+        ``reserve_s``: as ``submit``'s."""
         spans = record.spans if record is not None else None
         submitted = time.perf_counter() if spans is not None else 0.0
-        request = self.submit(sequences, timeout_s, traced=spans is not None, spare=spare)
+        request = self.submit(sequences, timeout_s, traced=spans is not None, spare=spare, reserve_s=reserve_s)
         try:
             outputs = await request.future
             if record is not None:
@@ -316,24 +311,7 @@ class Batcher:
             self._call_on(loop, resolve_requests, requests)
         if unwanted:
             self.wasted_seconds += elapsed_s * unwanted / len(batch.items)
-        self.record_rate(batch.real_tokens, elapsed_s)
-
-    def adopt_rate(self, other: Batcher) -> None:
-        """Start from ``other``'s measured time per token (a model that computes as ``other``'s does)."""
-        if self._seconds_per_token is None:
-            self._seconds_per_token = other._seconds_per_token
-            self._best_seconds_per_token, self._rate_at = other._best_seconds_per_token, other._rate_at
-
-    def record_rate(self, real_tokens: int, elapsed_s: float) -> None:
-        """Fold one batch's model time into the seconds-per-token estimate (batches too small to tell are skipped)."""
-        if elapsed_s <= 0 or real_tokens < self.rate_min_tokens:
-            return
-        measured = elapsed_s / real_tokens
-        self._best_seconds_per_token = min(self._best_seconds_per_token, measured)
-        known, self._rate_at = self.seconds_per_token, time.perf_counter()
-        if known is not None:
-            measured = (1 - RATE_SMOOTHING) * known + RATE_SMOOTHING * measured
-        self._seconds_per_token = measured
+        self.rate.record(batch.real_tokens, elapsed_s)
 
     def fail(self, batch: WorkBatch, error: ServiceError) -> None:
         """Fail every live request with a row in ``batch``; their other queued rows get dropped."""

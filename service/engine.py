@@ -24,16 +24,18 @@ from tokenizers import Encoding
 
 from contract.bundle import Bundle, BundleError, read_bundle
 from contract.tasks import task_spec
-from service.batch_rows import BatchPolicy, RowOutputs
+from service.batch_rows import MAX_TOKEN_OUTPUT_BYTES, RowOutputs, batch_policy, token_output_width
 from service.batcher import Batcher
 from service.device import CPU, Device, DeviceUnavailable, resolve_device
 from service.errors import BadRequest, NotReady, Overloaded, PayloadTooLarge, RequestTimeout
 from service.prepare_stage import (
     MAX_TOKENS_PER_CHAR,
+    DecodeShare,
     Stage,
     TokenYield,
     check_token_cap,
     holding,
+    input_texts,
     ledger_of,
     run_admitted,
     seed_rate,
@@ -85,47 +87,6 @@ def default_prompt(bundle: Bundle, settings: Settings) -> str:
 def load_context(bundle: Bundle, settings: Settings | None = None) -> ModelContext:
     """The handler's view of a bundle, with the default prompt the settings choose."""
     return ModelContext.from_bundle(bundle, default_prompt(bundle, settings or Settings()))
-
-
-# fill-mask's logits are (B, T, vocab) float32: 4096 tokens x 30522 words would be 500 MB per batch.
-MAX_TOKEN_OUTPUT_BYTES = 256 << 20
-
-
-def token_output_width(runner: ModelRunner, token_level: frozenset[str]) -> int:
-    """Floats per token of the widest per-token output, from the graph's declared shapes (0 when unknown)."""
-    widths = [0]
-    for name, shape in getattr(runner, "output_shapes", {}).items():
-        if name in token_level:
-            widths.append(int(np.prod([dim for dim in shape[2:] if isinstance(dim, int)] or [1])))
-    return max(widths)
-
-
-def batch_policy(settings: Settings, floats_per_token: int = 0) -> BatchPolicy:
-    """The batcher's limits; ``floats_per_token`` (the widest token-level output) caps the token budget."""
-    max_tokens = settings.max_batch_tokens
-    if floats_per_token > 0:
-        max_tokens = max(1, min(max_tokens, MAX_TOKEN_OUTPUT_BYTES // (4 * floats_per_token)))
-    return BatchPolicy.from_settings(settings, max_batch_tokens=max_tokens)
-
-
-def input_texts(inputs: list[Any]) -> list[str]:
-    """The text of a request's inputs (str, tuples of str, or dataclasses of str fields)."""
-    texts: list[str] = []
-    for item in inputs:
-        if isinstance(item, str):
-            texts.append(item)
-        elif isinstance(item, tuple):
-            texts.extend(part for part in item if isinstance(part, str))
-        else:
-            texts.extend(value for value in getattr(item, "__dict__", {}).values() if isinstance(value, str))
-            fields = (getattr(item, name) for name in getattr(item, "__slots__", ()))
-            texts.extend(value for value in fields if isinstance(value, str))
-    return texts
-
-
-def input_chars(inputs: list[Any]) -> int:
-    """Characters of text in a request's inputs."""
-    return sum(len(text) for text in input_texts(inputs))
 
 
 class Engine:
@@ -181,6 +142,7 @@ class Engine:
         self._executor = executor or ThreadPoolExecutor(settings.prepare_threads, thread_name_prefix=f"prepare-{name}")
         self._ledger = ledger_of(self._executor, settings.prepare_threads)
         self._token_yield = TokenYield()
+        self._decode_share = DecodeShare()
         self._started = False
         self._warmed_up = False
         self._stopping = False
@@ -305,14 +267,14 @@ class Engine:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self._executor, seed_rate, self._ledger, ctx.tokenizer)
         else:  # a LoRA adapter costs what its base costs: no probe batch, and its base seeds their one ledger
-            self.batcher.adopt_rate(self.rate_of.batcher)
+            self.batcher.rate.adopt(self.rate_of.batcher.rate)
 
     def _rate_probe(self) -> list[ModelRow]:
-        """Rows of the longest length the model takes, enough for one batch of ``rate_min_tokens``."""
+        """Rows of the longest length the model takes, enough for one batch of ``rate.min_tokens``."""
         ctx, policy = self.context, self.batcher.policy
         length = max(2, min(ctx.max_length, policy.max_batch_tokens))
         count = max(1, min(policy.max_batch_size, policy.max_batch_tokens // length,
-                           -(-self.batcher.rate_min_tokens // length)))  # fmt: skip
+                           -(-self.batcher.rate.min_tokens // length)))  # fmt: skip
         ids = np.array([ctx.cls_token_id] + [ctx.mask_token_id] * (length - 2) + [ctx.sep_token_id], dtype=np.int64)
         return [ModelRow(ids, np.zeros_like(ids)) for _ in range(count)]
 
@@ -377,6 +339,7 @@ class Engine:
         except InputError as exc:
             raise BadRequest(str(exc)) from exc
         sequences = [seq for item in prepared for seq in item.sequences]
+        tokenized_s = stage.seconds if stage is not None else 0.0
         if stage is not None:
             self._token_yield.observe(chars, sum(len(seq) for seq in sequences))
         if spans is not None:
@@ -389,7 +352,8 @@ class Engine:
         if record is not None:
             record.model, record.inputs = self.name, len(inputs)
         try:
-            rows = await self.batcher.run(sequences, remaining, record, spare=background)
+            reserve = self._decode_share.seconds(tokenized_s)  # the deadline covers the decoding after the model
+            rows = await self.batcher.run(sequences, remaining, record, spare=background, reserve_s=reserve)
         except RequestTimeout:
             raise RequestTimeout(f"request timed out after {budget:g} s") from None
         decoding = time.perf_counter() if spans is not None else 0.0
@@ -398,6 +362,8 @@ class Engine:
             results = decode() if stage is None else await stage.run(self._executor, decode)
         except InputError as exc:
             raise BadRequest(str(exc)) from exc
+        if stage is not None:
+            self._decode_share.observe(tokenized_s, stage.seconds - tokenized_s)
         if spans is not None:
             spans.append(("post-process", decoding, time.perf_counter(), {}))
         return results

@@ -10,6 +10,8 @@ deadline behind others' tokenizing (504).
 The rate, seconds per character of one prepare thread, is an average of what the stage measured, seeded at start-up
 from one timed tokenization with the model's own tokenizer (``seed``).
 
+What a request brings is the characters of its inputs' text (``input_texts``, ``input_chars``).
+
 The per-request token cap (``check_token_cap``): the per-request token cap: a request's text is tokenized only as
 far as the cap, so a huge one is refused (413) after tokenizing about ``limit`` tokens of it, not all of it.
 
@@ -28,12 +30,13 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tokenizers import Tokenizer
 
-from service.batcher import ADMIT_WITHIN, RATE_SMOOTHING
+from service.batcher import ADMIT_WITHIN
 from service.errors import Overloaded, PayloadTooLarge
+from service.model_rate import RATE_SMOOTHING
 
 T = TypeVar("T")
 
@@ -119,6 +122,23 @@ class TokenYield:
     def tokens(self, chars: int) -> int | None:
         """The tokens ``chars`` characters are expected to make (None until measured)."""
         return None if self.per_char is None else round(chars * self.per_char)
+
+
+class DecodeShare:
+    """Seconds of decoding per second of tokenizing, as measured on one model's long requests: how much of a request's
+    deadline its decoding will want once its rows come back (a long QA context's spans: about as long again)."""
+
+    def __init__(self) -> None:
+        self.ratio: float | None = None
+
+    def observe(self, tokenize_s: float, decode_s: float) -> None:
+        if tokenize_s > 0:
+            measured, known = decode_s / tokenize_s, self.ratio
+            self.ratio = measured if known is None else (1 - RATE_SMOOTHING) * known + RATE_SMOOTHING * measured
+
+    def seconds(self, tokenize_s: float) -> float:
+        """The decoding expected of a request that took ``tokenize_s`` to tokenize (0 until measured)."""
+        return 0.0 if self.ratio is None else self.ratio * tokenize_s
 
 
 _LEDGERS: weakref.WeakKeyDictionary[ThreadPoolExecutor, PrepareLedger] = weakref.WeakKeyDictionary()
@@ -250,3 +270,23 @@ def check_token_cap(tokenizer: Tokenizer, texts: Sequence[str], limit: int, sett
         f"the request's text is about {estimate} tokens ({total_chars} characters); one request may bring at most "
         f"{limit} tokens ({setting}): send shorter texts or split them over several requests"
     )
+
+
+def input_texts(inputs: list[Any]) -> list[str]:
+    """The text of a request's inputs (str, tuples of str, or dataclasses of str fields)."""
+    texts: list[str] = []
+    for item in inputs:
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, tuple):
+            texts.extend(part for part in item if isinstance(part, str))
+        else:
+            texts.extend(value for value in getattr(item, "__dict__", {}).values() if isinstance(value, str))
+            fields = (getattr(item, name) for name in getattr(item, "__slots__", ()))
+            texts.extend(value for value in fields if isinstance(value, str))
+    return texts
+
+
+def input_chars(inputs: list[Any]) -> int:
+    """Characters of text in a request's inputs."""
+    return sum(len(text) for text in input_texts(inputs))

@@ -9,8 +9,10 @@ import time
 
 import pytest
 
-from service.batcher import ADMIT_WITHIN, RATE_STALE_S
+from service.batcher import ADMIT_WITHIN
 from service.errors import Overloaded, PayloadTooLarge, RequestTimeout
+from service.model_rate import RATE_STALE_S
+from service.prepare_stage import DecodeShare
 from service.settings import Settings
 from tests.service.apptools import gate_engine, serving
 from tests.service.fakes import EchoRunner, seq
@@ -29,7 +31,7 @@ def rows_of(tokens: int, marker: int, length: int = 500) -> list:
 def test_a_request_that_alone_cannot_end_in_time_is_refused_with_413_and_never_runs() -> None:
     runner = EchoRunner()
     harness = make(limits(max_batch_tokens=100_000, max_batch_size=64), runner)
-    harness.batcher.record_rate(1000, 1.0)  # one millisecond per token
+    harness.batcher.rate.record(1000, 1.0)  # one millisecond per token
 
     async def main() -> None:
         assert ADMIT_WITHIN * TIMEOUT_S == 4.0
@@ -51,7 +53,7 @@ def test_work_queued_past_the_budget_gets_429_with_retry_after_from_the_queue() 
     gate = threading.Event()
     runner = EchoRunner(gate=gate)
     harness = make(limits(max_batch_tokens=100_000, max_batch_size=64), runner)
-    harness.batcher.record_rate(1000, 1.0)
+    harness.batcher.rate.record(1000, 1.0)
 
     async def main() -> None:
         running = asyncio.ensure_future(harness.batcher.run([seq([1])], TIMEOUT_S))
@@ -111,10 +113,10 @@ def test_the_rate_comes_from_batches_large_enough_to_tell() -> None:
     harness = make(limits(max_batch_tokens=8192), start=False)
     batcher = harness.batcher
     assert batcher.seconds_per_token is None and batcher.estimate_seconds(1000, 1) is None
-    batcher.record_rate(10, 1.0)  # a tiny batch is mostly call overhead: ignored
+    batcher.rate.record(10, 1.0)  # a tiny batch is mostly call overhead: ignored
     assert batcher.seconds_per_token is None
-    batcher.record_rate(1000, 1.0)
-    batcher.record_rate(1000, 2.0)
+    batcher.rate.record(1000, 1.0)
+    batcher.rate.record(1000, 2.0)
     assert batcher.seconds_per_token == pytest.approx(0.8 * 0.001 + 0.2 * 0.002)
 
 
@@ -123,9 +125,9 @@ def test_a_request_that_fits_at_the_models_best_rate_gets_429_not_413_while_the_
     decided at the best rate the model has shown, the slow rate only refuses for now (429, retry)."""
     harness = make(limits(max_batch_tokens=100_000, max_batch_size=64), EchoRunner())
     batcher = harness.batcher
-    batcher.record_rate(1000, 1.0)  # alone: one millisecond per token
+    batcher.rate.record(1000, 1.0)  # alone: one millisecond per token
     for _ in range(20):
-        batcher.record_rate(1000, 4.0)  # then four, with the cores shared
+        batcher.rate.record(1000, 4.0)  # then four, with the cores shared
     assert batcher.seconds_per_token == pytest.approx(0.004, rel=0.05)
 
     async def main() -> None:
@@ -148,18 +150,18 @@ def test_a_slow_rate_that_refuses_everything_relaxes_back_to_the_best_one() -> N
     runner = EchoRunner()
     harness = make(limits(max_batch_tokens=100_000, max_batch_size=64), runner)
     batcher = harness.batcher
-    batcher.record_rate(1000, 1.0)
+    batcher.rate.record(1000, 1.0)
     for _ in range(20):
-        batcher.record_rate(1000, 4.0)
+        batcher.rate.record(1000, 4.0)
 
     async def main() -> None:
         with pytest.raises(Overloaded):
             batcher.submit(rows_of(3000, marker=7), TIMEOUT_S)
-        batcher._rate_at -= RATE_STALE_S  # one RATE_STALE_S without a batch: (1 - 1/e) of the way back
+        batcher.rate.measured_at -= RATE_STALE_S  # one RATE_STALE_S without a batch: (1 - 1/e) of the way back
         assert batcher.seconds_per_token == pytest.approx(0.001 + 0.003 / math.e, rel=0.05)
         with pytest.raises(Overloaded):
             batcher.submit(rows_of(3000, marker=7), TIMEOUT_S)  # 2.1 ms a token: still over the budget
-        batcher._rate_at -= 3 * RATE_STALE_S
+        batcher.rate.measured_at -= 3 * RATE_STALE_S
         assert batcher.seconds_per_token == pytest.approx(0.001, rel=0.06)
         outputs = await batcher.run(rows_of(3000, marker=9), TIMEOUT_S)
         assert len(outputs) == 6
@@ -169,6 +171,38 @@ def test_a_slow_rate_that_refuses_everything_relaxes_back_to_the_best_one() -> N
     finally:
         harness.stop()
     assert 7 not in runner.seen_ids() and 9 in runner.seen_ids()
+
+
+def test_the_decoding_a_request_will_need_is_kept_out_of_its_model_budget() -> None:
+    """A request's deadline covers its decoding after the model: with ``reserve_s`` of it kept for that, model work
+    that would fit the whole deadline's budget but not what is left of it is refused (429) before it runs."""
+    runner = EchoRunner()
+    harness = make(limits(max_batch_tokens=100_000, max_batch_size=64), runner)
+    harness.batcher.rate.record(1000, 1.0)
+
+    async def main() -> None:
+        with pytest.raises(Overloaded, match="would not end within"):
+            harness.batcher.submit(rows_of(3500, marker=7), TIMEOUT_S, reserve_s=2.0)  # 3.5 s > 0.4 x (10 - 2) s
+        outputs = await harness.batcher.run(rows_of(3000, marker=8), TIMEOUT_S, reserve_s=2.0)  # 3 s <= 3.2 s
+        assert len(outputs) == 6
+
+    try:
+        asyncio.run(main())
+    finally:
+        harness.stop()
+    assert 7 not in runner.seen_ids() and 8 in runner.seen_ids()
+    assert harness.batcher.shed["over_budget"] == 1 and harness.batcher.shed["too_big"] == 0
+
+
+def test_the_decode_share_is_decoding_seconds_per_tokenizing_second() -> None:
+    share = DecodeShare()
+    assert share.seconds(0.5) == 0.0  # nothing reserved until measured
+    share.observe(0.25, 0.5)
+    assert share.seconds(0.5) == pytest.approx(1.0)
+    share.observe(0.5, 0.5)
+    assert share.seconds(1.0) == pytest.approx(0.8 * 2.0 + 0.2 * 1.0)
+    share.observe(0.0, 1.0)  # nothing to divide by: ignored
+    assert share.seconds(1.0) == pytest.approx(1.8)
 
 
 def test_the_service_refuses_a_request_too_big_for_its_deadline_before_running_it(
@@ -185,7 +219,7 @@ def test_the_service_refuses_a_request_too_big_for_its_deadline_before_running_i
             runner, gate = gate_engine(engine)
             gate.set()
             # a model this slow, even at its best, cannot do 22 tokens in 12 s
-            engine.batcher._seconds_per_token = engine.batcher._best_seconds_per_token = 1.0
+            engine.batcher.rate.average = engine.batcher.rate.best = 1.0
             response = await client.post("/v1/text-classification", json={"inputs": "monday tuesday " * 10})
             assert_error(response, 413, "payload_too_large", "fewer or shorter inputs")
             assert engine.context.tokenizer.token_to_id("monday") not in runner.seen_ids()

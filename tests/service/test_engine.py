@@ -13,8 +13,10 @@ import pytest
 
 from contract.bundle import BundleError, BundleSpec, write_spec
 from service import runtime
-from service.engine import MAX_TOKEN_OUTPUT_BYTES, Engine, batch_policy, input_chars
+from service.batch_rows import MAX_TOKEN_OUTPUT_BYTES, batch_policy
+from service.engine import Engine
 from service.errors import BadRequest, NotReady
+from service.prepare_stage import input_chars
 from service.settings import Settings
 from service.tasks import ClassificationParams, QAInput, TokenClassificationParams
 from tests.service.apptools import GatedRunner

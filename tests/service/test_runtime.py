@@ -6,7 +6,7 @@ from tokenizers import Tokenizer
 
 from contract.onnx_io import pad_token_rows
 from contract.tasks import TASKS
-from service.engine import token_output_width
+from service.batch_rows import token_output_width
 from service.runtime import OrtRunner, split_rows
 from tests.service.fakes import seq
 from tests.service.tiny_models import TinyModel
