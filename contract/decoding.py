@@ -160,18 +160,7 @@ def encode_question_contexts(
     ]
 
 
-# (T, T) band masks by (T, max_answer_len): where an answer may start at i and end at j (i <= j < i + max_answer_len)
-_BANDS: dict[tuple[int, int], np.ndarray] = {}
 _CANDIDATE_BYTES = 32 << 20  # windows' (T, T) candidate scores worked out at once, at most
-
-
-def _band(length: int, max_answer_len: int) -> np.ndarray:
-    band = _BANDS.get((length, max_answer_len))
-    if band is None:
-        band = np.tril(np.triu(np.ones((length, length), dtype=bool)), max_answer_len - 1)
-        if len(_BANDS) < 64:
-            _BANDS[(length, max_answer_len)] = band
-    return band
 
 
 def select_window_spans(
@@ -196,7 +185,8 @@ def select_window_spans(
     null_scores = start[:, 0] * end[:, 0]
     start[:, 0] = end[:, 0] = 0.0
     windows, length = start.shape
-    band = _band(length, min(max_answer_len, length))
+    # (T, T): where an answer may start at i and end at j, i <= j < i + max_answer_len
+    band = np.tril(np.triu(np.ones((length, length), dtype=bool)), min(max_answer_len, length) - 1)
     # like the pipeline: membership in the (row, column) index pair of a (1, T) mask, so column 0 counts as allowed
     # whenever anything is
     members = allowed.copy()
