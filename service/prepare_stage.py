@@ -107,34 +107,32 @@ class PrepareLedger:
                 )
 
 
-class TokenYield:
-    """Model tokens (the rows' tokens, windows' overlaps included) per character of one model's long requests, as
-    measured on the requests it prepared."""
-
-    def __init__(self) -> None:
-        self.per_char: float | None = None
-
-    def observe(self, chars: int, tokens: int) -> None:
-        if chars > 0:
-            measured, known = tokens / chars, self.per_char
-            self.per_char = measured if known is None else (1 - RATE_SMOOTHING) * known + RATE_SMOOTHING * measured
-
-    def tokens(self, chars: int) -> int | None:
-        """The tokens ``chars`` characters are expected to make (None until measured)."""
-        return None if self.per_char is None else round(chars * self.per_char)
-
-
-class DecodeShare:
-    """Seconds of decoding per second of tokenizing, as measured on one model's long requests: how much of a request's
-    deadline its decoding will want once its rows come back (a long QA context's spans: about as long again)."""
+class MeasuredRatio:
+    """One quantity per unit of another, measured request by request (weighted ``RATE_SMOOTHING`` to the newest)."""
 
     def __init__(self) -> None:
         self.ratio: float | None = None
 
-    def observe(self, tokenize_s: float, decode_s: float) -> None:
-        if tokenize_s > 0:
-            measured, known = decode_s / tokenize_s, self.ratio
+    def observe(self, per: float, amount: float) -> None:
+        """One request's ``amount`` for its ``per`` (ignored when ``per`` is 0)."""
+        if per > 0:
+            measured, known = amount / per, self.ratio
             self.ratio = measured if known is None else (1 - RATE_SMOOTHING) * known + RATE_SMOOTHING * measured
+
+
+class TokenYield(MeasuredRatio):
+    """Model tokens (the rows' tokens, windows' overlaps included) per character of one model's long requests, as
+    measured on the requests it prepared: ``observe(chars, tokens)``."""
+
+    def tokens(self, chars: int) -> int | None:
+        """The tokens ``chars`` characters are expected to make (None until measured)."""
+        return None if self.ratio is None else round(chars * self.ratio)
+
+
+class DecodeShare(MeasuredRatio):
+    """Seconds of decoding per second of tokenizing, as measured on one model's long requests: how much of a request's
+    deadline its decoding will want once its rows come back (a long QA context's spans: about as long again):
+    ``observe(tokenize_s, decode_s)``."""
 
     def seconds(self, tokenize_s: float) -> float:
         """The decoding expected of a request that took ``tokenize_s`` to tokenize (0 until measured)."""
