@@ -9,16 +9,12 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from service.errors import RequestTimeout
 from service.settings import Settings
 from service.tasks.base import ModelRow
-
-if TYPE_CHECKING:
-    from service.runtime import ModelRunner
 
 RowOutputs = dict[str, np.ndarray]
 
@@ -164,15 +160,6 @@ def expire_request(request: PendingRequest, timeout_s: float | None) -> None:
 
 # fill-mask's logits are (B, T, vocab) float32: 4096 tokens x 30522 words would be 500 MB per batch.
 MAX_TOKEN_OUTPUT_BYTES = 256 << 20
-
-
-def token_output_width(runner: ModelRunner, token_level: frozenset[str]) -> int:
-    """Floats per token of the widest per-token output, from the graph's declared shapes (0 when unknown)."""
-    widths = [0]
-    for name, shape in getattr(runner, "output_shapes", {}).items():
-        if name in token_level:
-            widths.append(int(np.prod([dim for dim in shape[2:] if isinstance(dim, int)] or [1])))
-    return max(widths)
 
 
 def batch_policy(settings: Settings, floats_per_token: int = 0) -> BatchPolicy:

@@ -24,7 +24,7 @@ from tokenizers import Encoding
 
 from contract.bundle import Bundle, BundleError, read_bundle
 from contract.tasks import task_spec
-from service.batch_rows import MAX_TOKEN_OUTPUT_BYTES, RowOutputs, batch_policy, token_output_width
+from service.batch_rows import MAX_TOKEN_OUTPUT_BYTES, RowOutputs, batch_policy
 from service.batcher import Batcher
 from service.device import CPU, Device, DeviceUnavailable, resolve_device
 from service.errors import BadRequest, NotReady, Overloaded, PayloadTooLarge, RequestTimeout
@@ -40,7 +40,7 @@ from service.prepare_stage import (
     run_admitted,
     seed_rate,
 )
-from service.runtime import BatchObserver, Lane, ModelRunner, OrtRunner, Worker
+from service.runtime import BatchObserver, Lane, ModelRunner, OrtRunner, Worker, token_output_width
 from service.settings import Settings
 from service.supervision import WorkerPool
 from service.tasks import BY_TASK, HANDLERS, unit_of

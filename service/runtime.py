@@ -81,6 +81,15 @@ class ModelRunner(Protocol):
     def run(self, batch: PaddedRows) -> dict[str, np.ndarray]: ...
 
 
+def token_output_width(runner: ModelRunner, token_level: frozenset[str]) -> int:
+    """Floats per token of the widest per-token output, from the graph's declared shapes (0 when unknown)."""
+    widths = [0]
+    for name, shape in getattr(runner, "output_shapes", {}).items():
+        if name in token_level:
+            widths.append(int(np.prod([dim for dim in shape[2:] if isinstance(dim, int)] or [1])))
+    return max(widths)
+
+
 class OrtRunner:
     """One onnxruntime InferenceSession, on the CPU or on a CUDA GPU.
 

@@ -6,8 +6,7 @@ from tokenizers import Tokenizer
 
 from contract.onnx_io import pad_token_rows
 from contract.tasks import TASKS
-from service.batch_rows import token_output_width
-from service.runtime import OrtRunner, split_rows
+from service.runtime import OrtRunner, split_rows, token_output_width
 from tests.service.fakes import seq
 from tests.service.tiny_models import TinyModel
 
