@@ -191,16 +191,16 @@ class Batcher:
                 f"the request's {tokens} tokens need about {alone:.1f} s of model {self.name}'s time, more than the "
                 f"{budget:.3g} s it may take of its {timeout_s:.3g} s deadline: send fewer or shorter inputs"
             )
-        budget = ADMIT_WITHIN * max(0.0, timeout_s - reserve_s)
-        if self._over_budget_locked(tokens, own, budget):
+        model_budget = ADMIT_WITHIN * max(0.0, timeout_s - reserve_s)  # its decoding set aside
+        if self._over_budget_locked(tokens, own, model_budget):
             self._purge_locked(now, force=False)
-            if self._over_budget_locked(tokens, own, budget):
+            if self._over_budget_locked(tokens, own, model_budget):
                 self.shed["over_budget"] += 1
                 ahead = self.seconds_ahead()
                 raise Overloaded(
                     f"model {self.name} has about {ahead:.1f} s of work queued; this request would not end within "
                     f"its {timeout_s:.3g} s deadline",
-                    retry_after_s=self._retry_after_locked(self._queued_tokens + tokens, budget),
+                    retry_after_s=self._retry_after_locked(self._queued_tokens + tokens, model_budget),
                 )
 
     def _over_budget_locked(self, tokens: int, own: float, budget: float) -> bool:
