@@ -12,8 +12,10 @@ is bounded whatever the clock says; a setting given explicitly is not tuned (its
 - ``max_batch_size``: the same sweep with 16-token rows, up to the token budget: how many short rows one call
   should take; never fewer than the long rows the token budget holds.
 
-Sweeps stop early once throughput stops growing or when the next batch would not fit in the time budget; what was
-not measured is not picked. The budget is ``tune_seconds`` per model, unless one call of the model is so slow that
+Sweeps stop early once throughput stops growing or when the next batch would not fit in the time budget. A sweep the
+budget cut before throughput stopped growing has not found its knee: its setting is then at least the untuned default
+(``untuned``; on a slow machine a 1.5 s budget measured only 1 and 2 rows, and batches of 2 served at 0.7x the raw
+loop). The budget is ``tune_seconds`` per model, unless one call of the model is so slow that
 the least the tuner must measure (every thread candidate, two batch sizes of each sweep) would not fit: then the
 budget is that least, from a timed call and session build, and the log says so.
 """
@@ -161,6 +163,7 @@ class _Sweep:
 
     rates: dict[int, float] = field(default_factory=dict)
     last_seconds: float = 0.0
+    cut_short: bool = False  # the budget ended it before two steps in a row stopped gaining
 
     def knee(self) -> int:
         """The smallest candidate within WITHIN_BEST of the best rate."""
@@ -338,6 +341,7 @@ class Tuner:
         for count, size in enumerate(sizes):
             expected = sweep.last_seconds * 2 * (self.cost.runs + 1)
             if count >= 2 and not self.clock.allows(expected, share):
+                sweep.cut_short = True
                 break
             if self.memory is not None and not self.memory.fits(size * length):
                 break
@@ -352,10 +356,16 @@ class Tuner:
         return sweep
 
     def tune(
-        self, candidates: dict[str, list[int]], runner: ModelRunner, threads: int, build_s: float = 0.0
+        self,
+        candidates: dict[str, list[int]],
+        runner: ModelRunner,
+        threads: int,
+        build_s: float = 0.0,
+        untuned: BatchingChoice | None = None,
     ) -> tuple[BatchingChoice, ModelRunner]:
         """Pick every setting inside ``candidates``; returns the choice and the runner with the chosen threads.
-        ``build_s``: how long ``runner``'s session took to build (what another thread count's session will cost)."""
+        ``build_s``: how long ``runner``'s session took to build (what another thread count's session will cost);
+        ``untuned``: the limits served without tuning, the least a batch sweep cut short by the budget picks."""
         measured: dict[str, dict[int, float]] = {}
         run_options = candidates["parallel_runs"]
         self._plan(runner, build_s, len(candidates["intra_op_threads"]), max(run_options))
@@ -377,6 +387,9 @@ class Tuner:
             sweep = self._sweep_rows(runner, long_row, sizes or [1], TOKENS_SHARE)
             measured["max_batch_tokens"] = {size * long_row: rate for size, rate in sweep.rates.items()}
             max_tokens = _at_least(token_options, sweep.knee() * long_row)
+            if sweep.cut_short and untuned is not None:
+                max_tokens = max(max_tokens, _at_least(token_options, untuned.max_batch_tokens))
+                self.budget_note += "; max_batch_tokens not settled when the budget ended: at least the default"
         size_options = candidates["max_batch_size"]
         if len(size_options) == 1:
             max_size = size_options[0]
@@ -386,6 +399,9 @@ class Tuner:
             sweep = self._sweep_rows(runner, short_row, sizes, 1.0)
             measured["max_batch_size"] = sweep.rates
             max_size = _at_least(size_options, max(sweep.knee(), max_tokens // long_row))
+            if sweep.cut_short and untuned is not None:
+                max_size = max(max_size, _at_least(size_options, untuned.max_batch_size))
+                self.budget_note += "; max_batch_size not settled when the budget ended: at least the default"
         overhead = None
         if self.learn_overhead:  # one long row's call, at the best rate measured: what a call costs beyond its tokens
             best = max(rate for rates in measured.values() for rate in rates.values())
@@ -449,7 +465,7 @@ def tune_runner(
         learn_overhead=device.is_cuda and "batch_overhead_tokens" not in settings.model_fields_set,
     )
     threads = candidates["intra_op_threads"][0] if device.is_cuda else settings.intra_op_threads
-    choice, runner = tuner.tune(candidates, runner, threads, build_s)
+    choice, runner = tuner.tune(candidates, runner, threads, build_s, BatchingChoice.configured(settings))
     note = tuner.budget_note
     if memory is not None and memory.budget is not None and memory.free_at_start is not None:
         largest = max(memory.used.values(), default=0)

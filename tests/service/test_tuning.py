@@ -168,3 +168,35 @@ def test_a_failing_concurrent_run_ends_tuning_instead_of_hanging_it() -> None:
     candidates = {"intra_op_threads": [1], "max_batch_tokens": [128], "max_batch_size": [1], "parallel_runs": [1, 2]}
     with pytest.raises(RuntimeError, match="session failed"):
         tuner.tune(candidates, FailsOffTheMainThread(0.001), threads=1)
+
+
+class CallCostRunner(SlowRunner):
+    """Each call costs ``call_s`` plus ``row_s`` a row: larger batches keep gaining, as a small model's on a CPU."""
+
+    def __init__(self, call_s: float, row_s: float) -> None:
+        super().__init__(row_s)
+        self.call_s = call_s
+
+    def run(self, batch):  # type: ignore[no-untyped-def]
+        time.sleep(self.call_s)
+        return super().run(batch)
+
+
+@pytest.mark.parametrize(("largest", "budget_s"), [(1024, 0.2), (64, 5.0)])
+def test_a_batch_sweep_the_budget_cuts_while_it_still_gains_picks_at_least_the_untuned_limits(
+    largest: int, budget_s: float
+) -> None:
+    untuned = BatchingChoice(max_batch_tokens=2048, max_batch_size=32, intra_op_threads=1)
+    sizes = [2**k for k in range(largest.bit_length())]
+    candidates = {"intra_op_threads": [1], "max_batch_tokens": [128 * n for n in sizes], "max_batch_size": sizes,
+                  "parallel_runs": [1]}  # fmt: skip
+    tuner = Tuner(lambda threads: CallCostRunner(0.01, 0.0002), 101, 102, 1000, 128, budget_s=budget_s)
+    choice, _ = tuner.tune(candidates, CallCostRunner(0.01, 0.0002), threads=1, untuned=untuned)
+    measured = choice.tokens_per_second
+    if largest == 1024:  # a 1024-row call alone takes longer than the budget: both sweeps end unsettled
+        assert max(measured["max_batch_tokens"]) < 128 * 1024 and max(measured["max_batch_size"]) < 1024
+        assert tuner.budget_note.count("not settled when the budget ended") == 2
+        assert choice.max_batch_tokens >= 2048 and choice.max_batch_size >= 32
+    else:  # every size measured, each gaining on the last: the largest, whatever the untuned limits
+        assert set(measured["max_batch_size"]) == set(sizes) and "not settled" not in tuner.budget_note
+        assert (choice.max_batch_tokens, choice.max_batch_size) == (128 * 64, 64)
