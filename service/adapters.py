@@ -3,9 +3,10 @@
 
 An adapter's engine has its own queue, labels, admission and metrics, so a batch never mixes adapters, and shares
 everything else with the base: the ONNX Runtime session (the weights are held once; the adapter file's values replace
-the graph's zero LoRA factors and the head for its runs: ``OrtRunner.with_adapter``) and the worker threads, which
-take the base's and its adapters' batches in turn (``service.runtime.Lanes``). An extra adapter costs its file and
-its queue, not threads of its own (each thread that runs the session keeps ~0.1 MB) or a session.
+the graph's zero LoRA factors and the head for its runs: ``OrtRunner.with_adapter``, on both of a split runner's
+sessions) and the worker threads, which take the base's and its adapters' batches in turn (``service.runtime.Lanes``).
+An extra adapter costs its file and its queue, not threads of its own (each thread that runs the session keeps ~0.1
+MB) or a session.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 
 from contract.bundle import AdapterFile, Bundle, BundleError, read_adapters
 from service.engine import Engine
-from service.runtime import ModelRunner, OrtRunner
+from service.sessions import ModelRunner, OrtRunner, SplitRunner
 
 SEPARATOR = ":"  # "sst2:acme": adapter acme of model sst2
 
@@ -26,13 +27,13 @@ def adapter_name(base: str, adapter: str) -> str:
 def adapter_engine(base: Engine, adapter: AdapterFile) -> Engine:
     """The engine serving ``adapter`` of ``base``'s bundle, named ``BASE:ADAPTER``: its own queue on the base's
     workers and session."""
-    if not isinstance(base.pool.runner, OrtRunner):
+    if not isinstance(base.pool.runner, OrtRunner | SplitRunner):
         raise BundleError(adapter.path, "adapters need an ONNX Runtime session")
     spec = dataclasses.replace(base.bundle.spec, id2label=adapter.id2label)
     context = dataclasses.replace(base.context, id2label=dict(adapter.id2label))
 
     def rebind(session: ModelRunner) -> ModelRunner:
-        assert isinstance(session, OrtRunner)
+        assert isinstance(session, OrtRunner | SplitRunner)
         return session.with_adapter(adapter.path)
 
     try:

@@ -56,6 +56,7 @@ class WorkBatch:
 
     items: list[WorkItem]  # sorted by length, shortest first
     formed_at: float = field(default_factory=time.perf_counter)
+    backlog: int = 0  # rows left queued when it was cut
     longest: int = field(init=False)
     padded_tokens: int = field(init=False)
     real_tokens: int = field(init=False)

@@ -424,7 +424,7 @@ class Batcher:
         chosen_set = set(chosen)
         leftovers = [item for k, item in enumerate(candidates) if k not in chosen_set]
         self._requeue_locked(spare, leftovers + queue[position:], taken_tokens - sum(item.length for item in leftovers))
-        return WorkBatch([candidates[k] for k in chosen])
+        return WorkBatch([candidates[k] for k in chosen], backlog=len(self._queue) + len(self._spare))
 
     def _requeue_locked(self, spare: bool, rows: list[WorkItem], taken_tokens: int) -> None:
         if spare:

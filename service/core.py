@@ -38,7 +38,7 @@ from service.engine import Engine
 from service.errors import BadRequest, ClientClosedRequest, ModelNotFound, Overloaded, PayloadTooLarge
 from service.metrics import ServiceMetrics
 from service.repository import ModelRepository
-from service.runtime import release_free_memory
+from service.sessions import release_free_memory
 from service.settings import Settings
 from service.tasks import BY_TASK
 from service.tracing import configure as configure_tracing

@@ -40,7 +40,8 @@ from service.prepare_stage import (
     run_admitted,
     seed_rate,
 )
-from service.runtime import BatchObserver, Lane, ModelRunner, OrtRunner, Worker, token_output_width
+from service.runtime import BatchObserver, Lane, Worker
+from service.sessions import ModelRunner, OrtRunner, SplitRunner, token_output_width
 from service.settings import Settings
 from service.supervision import WorkerPool
 from service.tasks import BY_TASK, HANDLERS, unit_of
@@ -179,7 +180,7 @@ class Engine:
         own_threads = device.is_cuda and "intra_op_threads" not in settings.model_fields_set
         first_threads = 1 if own_threads else settings.intra_op_threads
 
-        def make_runner(threads: int = first_threads) -> ModelRunner:
+        def make_runner(threads: int = first_threads) -> OrtRunner:
             try:
                 return OrtRunner(bundle.model_path, outputs, threads, spin, device)
             except DeviceUnavailable:
@@ -202,9 +203,19 @@ class Engine:
             del tuned, served
             served = make_runner(batching.intra_op_threads)
         threads = batching.intra_op_threads if batching is not None else first_threads
-        fresh = functools.partial(make_runner, threads)
+        batching = batching or BatchingChoice.configured(settings)
+        runner: ModelRunner = served
+        fresh: Callable[[], ModelRunner] = functools.partial(make_runner, threads)
+        if batching.split_threads and device.is_cuda:  # a GPU's CPU threads only run what CUDA lacks
+            batching = dataclasses.replace(batching, split_threads=False)
+        elif batching.split_threads:  # a lone batch on every thread, concurrent ones on one thread each
+
+            def fresh() -> ModelRunner:
+                return SplitRunner(make_runner(threads), make_runner(1))
+
+            runner = SplitRunner(served, make_runner(1))
         return cls(
-            name, bundle, handler, context, served, settings, executor, observer, batching, settings.model_workers,
+            name, bundle, handler, context, runner, settings, executor, observer, batching, settings.model_workers,
             fresh, device,
         )  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""A model's ONNX Runtime session and the worker threads that share it.
+"""The worker threads that share a model's session (``service.sessions``).
 
 A worker takes batches from the batcher, pads them, runs the session once per batch, cuts the outputs back into
 per-row arrays and hands them to the batcher. The workers of a model share one run gate: at most its width of them
@@ -13,56 +13,25 @@ batches in a row, or if the thread itself dies, the worker fails its batch with 
 from __future__ import annotations
 
 import contextlib
-import copy
-import ctypes
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-import onnxruntime as ort
 
-from contract.onnx_io import PaddedRows, ort_session, pad_token_rows
+from contract.onnx_io import PaddedRows, pad_token_rows
 from service.batch_rows import RowOutputs, WorkBatch
 from service.batcher import Batcher
-from service.device import CPU, Device, check_session_device
 from service.errors import InferenceError, NotReady
+from service.sessions import ModelRunner, SplitRunner
 
 logger = logging.getLogger(__name__)
 
 RETIRE_AFTER_FAILURES = 3
-# Batches of at least this many padded tokens give their activations back to the system when they end: the arena
-# otherwise keeps the largest batch's peak for good, and at this size a fresh allocation costs little.
-SHRINK_ARENA_TOKENS = 2048
-SHARED_ARENA = {"session.use_env_allocators": "1"}
-
-
-_arena_lock = threading.Lock()
-_arena_registered = False
-
-
-def share_one_arena() -> None:
-    """Register one CPU arena for every session of this process (sessions opt in with ``use_env_allocators``): a
-    model's activations then reuse what another model's batch freed, instead of each session keeping its own peak."""
-    global _arena_registered
-    with _arena_lock:
-        if not _arena_registered:
-            memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-            ort.create_and_register_allocator(memory, ort.OrtArenaCfg(0, -1, -1, -1))
-            _arena_registered = True
-
-
-def release_free_memory() -> None:
-    """Hand freed heap pages back to the system (glibc keeps the model file's parse buffers otherwise)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        logger.debug("malloc_trim is not available here")
 
 
 def split_rows(outputs: dict[str, np.ndarray], lengths: list[int], token_level: frozenset[str]) -> list[RowOutputs]:
@@ -73,94 +42,6 @@ def split_rows(outputs: dict[str, np.ndarray], lengths: list[int], token_level: 
             {name: (array[row, :length] if name in token_level else array[row]) for name, array in outputs.items()}
         )
     return rows
-
-
-class ModelRunner(Protocol):
-    output_names: tuple[str, ...]
-
-    def run(self, batch: PaddedRows) -> dict[str, np.ndarray]: ...
-
-
-def token_output_width(runner: ModelRunner, token_level: frozenset[str]) -> int:
-    """Floats per token of the widest per-token output, from the graph's declared shapes (0 when unknown)."""
-    widths = [0]
-    for name, shape in getattr(runner, "output_shapes", {}).items():
-        if name in token_level:
-            widths.append(int(np.prod([dim for dim in shape[2:] if isinstance(dim, int)] or [1])))
-    return max(widths)
-
-
-class OrtRunner:
-    """One onnxruntime InferenceSession, on the CPU or on a CUDA GPU.
-
-    On a GPU a batch is bound with IOBinding: the padded inputs go to the device once, every operator runs there,
-    and the outputs come back once; fp16 graphs keep float32 outputs (export's keep_io_types), cast here if not."""
-
-    def __init__(
-        self,
-        model_path: Path,
-        output_names: tuple[str, ...],
-        intra_op_threads: int,
-        spin: bool = False,
-        device: Device = CPU,
-    ) -> None:
-        self.device = device
-        self._bound = device.is_cuda  # read per batch: a plain attribute
-        if device.is_cuda:
-            self.session = ort_session(model_path, threads=intra_op_threads, spin=spin, providers=device.providers())
-            check_session_device(self.session, device)
-        else:
-            share_one_arena()
-            # spinning, when on, only while a run is active: between runs the event loop needs the cores
-            config = {**SHARED_ARENA, "session.force_spinning_stop": "1"} if spin else SHARED_ARENA
-            self.session = ort_session(model_path, threads=intra_op_threads, spin=spin, config=config)
-        found = {out.name for out in self.session.get_outputs()}
-        missing = [name for name in output_names if name not in found]
-        if missing:
-            raise ValueError(f"model.onnx lacks outputs {missing} (has {sorted(found)})")
-        self.output_names = output_names
-        self.output_shapes = {node.name: list(node.shape) for node in self.session.get_outputs()}
-        self._input_names = [inp.name for inp in self.session.get_inputs()]
-        self._plain: ort.RunOptions | None = None
-        self.adapter: ort.LoraAdapter | None = None  # a LoRA adapter every run has active (with_adapter)
-        self._shrink = ort.RunOptions()
-        self._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-
-    def with_adapter(self, path: Path) -> OrtRunner:
-        """This session, every run with the LoRA adapter file ``path`` active (ONNX Runtime's adapter format: its
-        values replace the graph's overridable initializers of those names)."""
-        adapter = ort.LoraAdapter()
-        adapter.Load(str(path))
-        runner = copy.copy(self)
-        runner._plain, runner._shrink = ort.RunOptions(), ort.RunOptions()
-        runner._shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-        for options in (runner._plain, runner._shrink):
-            options.add_active_adapter(adapter)
-        runner.adapter = adapter  # kept alive as long as the runs that use it
-        return runner
-
-    def run(self, batch: PaddedRows) -> dict[str, np.ndarray]:
-        feeds = batch.feeds
-        if self._bound:
-            return self._run_bound(feeds)
-        ids = feeds["input_ids"]
-        options = self._shrink if ids.shape[0] * ids.shape[1] >= SHRINK_ARENA_TOKENS else self._plain
-        inputs = {name: feeds[name] for name in self._input_names}
-        arrays = self.session.run(list(self.output_names), inputs, options)
-        return dict(zip(self.output_names, arrays, strict=True))
-
-    def _run_bound(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        binding = self.session.io_binding()  # one per call: concurrent runs on the session each bind their own
-        for name in self._input_names:
-            binding.bind_cpu_input(name, feeds[name])
-        for name in self.output_names:
-            binding.bind_output(name, "cuda", self.device.index)
-        self.session.run_with_iobinding(binding, self._plain)
-        arrays = binding.copy_outputs_to_cpu()
-        return {
-            name: array.astype(np.float32) if array.dtype == np.float16 else array
-            for name, array in zip(self.output_names, arrays, strict=True)
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +94,8 @@ class Lanes:
         """Block until a lane has a batch due (worker thread); None once every lane is closed and drained."""
         with self.lock:
             while True:
+                if not self.lanes:  # another worker found the last lane drained
+                    return None
                 wait, drained, count = math.inf, False, len(self.lanes)
                 for step in range(count):
                     lane = self.lanes[(self._turn + step) % count]
@@ -322,7 +205,10 @@ class Worker:
         """Pad and run (inside the gate); an exception is returned for ``_finish`` to fail the batch with."""
         try:
             padded = pad_token_rows(batch.sequences, self.pad_token_id)
-            return padded, (self.runner if lane is self.lanes.first else lane.runner).run(padded)
+            runner = self.runner if lane is self.lanes.first else lane.runner
+            if isinstance(runner, SplitRunner):  # every core for a batch alone, one thread beside others
+                return padded, runner.run(padded, batch.backlog)
+            return padded, runner.run(padded)
         except Exception as exc:
             return exc
 

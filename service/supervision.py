@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 from service.batcher import Batcher
 from service.errors import NotReady
-from service.runtime import BatchObserver, Lane, Lanes, ModelRunner, Worker
+from service.runtime import BatchObserver, Lane, Lanes, Worker
+from service.sessions import ModelRunner
 
 logger = logging.getLogger(__name__)
 

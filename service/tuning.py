@@ -35,7 +35,7 @@ import numpy as np
 
 from contract.onnx_io import PaddedRows, pad_rows
 from service.device import CPU, Device, cuda_free_memory
-from service.runtime import ModelRunner, OrtRunner
+from service.sessions import ModelRunner, OrtRunner
 from service.settings import TUNED_SETTINGS, Settings
 from service.tasks.base import ModelContext
 
@@ -55,6 +55,9 @@ TIMED_RUNS = 3
 # The budget's parts: threads may use the first 35 %, the token sweep up to 75 %, the size sweep the rest.
 THREADS_SHARE = 0.35
 TOKENS_SHARE = 0.75
+# A model whose 128-token row takes at most this long on every thread is small: its batches split the threads
+# (service.sessions) where the event loop's share of the cores weighs; a larger one's lone batches keep them all.
+SMALL_MODEL_ROW_S = 0.05
 NEW_SESSION_MARGIN = 2  # a thread count's step also opens a session and may run slower: allow it that much more
 
 
@@ -73,11 +76,15 @@ class BatchingChoice:
     # a GPU's measured cost of one call in tokens (None: the batch_overhead_tokens setting): its calls cost as much as
     # thousands of padded tokens, so its batches should take rows of any length, where a CPU's group them by length
     overhead_tokens: float | None = None
+    split_threads: bool = False  # a batch alone on every thread, batches side by side on one each (service.sessions)
 
     @classmethod
     def configured(cls, settings: Settings) -> BatchingChoice:
-        runs = settings.parallel_runs or (settings.model_workers if settings.intra_op_threads == 1 else 1)
-        return cls(settings.max_batch_tokens, settings.max_batch_size, settings.intra_op_threads, runs)
+        split = bool(settings.split_threads) and settings.intra_op_threads > 1 and settings.model_workers > 1
+        one_thread_runs = settings.intra_op_threads == 1 or split
+        runs = settings.parallel_runs or (settings.model_workers if one_thread_runs else 1)
+        return cls(settings.max_batch_tokens, settings.max_batch_size, settings.intra_op_threads, runs,
+                   split_threads=split)  # fmt: skip
 
     def apply(self, settings: Settings) -> Settings:
         """``settings`` with this choice's values (the batcher reads its policy from settings)."""
@@ -100,6 +107,7 @@ class BatchingChoice:
             "candidates": self.candidates,
             "tune_seconds": round(self.seconds, 3),
             "batch_overhead_tokens": None if self.overhead_tokens is None else round(self.overhead_tokens),
+            "split_threads": self.split_threads,
         }
 
 
@@ -250,11 +258,14 @@ class Tuner:
         sizes: tuple[int, ...] = SIZE_CANDIDATES,
         memory: GpuMemory | None = None,
         learn_overhead: bool = False,
+        split: bool | None = None,
     ) -> None:
         """``sizes``: the batch sizes (rows) the sweeps may try; ``memory``: a GPU's, to stay inside;
-        ``learn_overhead``: measure a call's cost in tokens (a GPU's) instead of taking batch_overhead_tokens."""
+        ``learn_overhead``: measure a call's cost in tokens (a GPU's) instead of taking batch_overhead_tokens;
+        ``split``: split the threads (service.sessions) or not, None: for a small model."""
         self.sizes = sizes
         self.learn_overhead = learn_overhead
+        self.split = split
         self.memory = memory
         self.make_runner = make_runner
         self.ids = (cls_id, sep_id, vocab_size)
@@ -402,13 +413,19 @@ class Tuner:
             if sweep.cut_short and untuned is not None:
                 max_size = max(max_size, _at_least(size_options, untuned.max_batch_size))
                 self.budget_note += "; max_batch_size not settled when the budget ended: at least the default"
+        # a small model's batches side by side on one thread each, a lone one on all threads: what it gains is the
+        # barrier the event loop's work stalls, which no measurement in isolation shows (the A/B in service.sessions)
+        split = self.split if self.split is not None else self.cost.row_s <= SMALL_MODEL_ROW_S
+        split = split and threads > 1 and max(run_options) > 1 and not self.learn_overhead
+        if split:
+            parallel_runs = max(run_options)
         overhead = None
         if self.learn_overhead:  # one long row's call, at the best rate measured: what a call costs beyond its tokens
             best = max(rate for rates in measured.values() for rate in rates.values())
             overhead = max(0.0, self.cost.row_s * best - long_row)
         choice = BatchingChoice(
             max_tokens, max_size, threads, parallel_runs, True, candidates, _rounded(measured), self.clock.elapsed,
-            overhead,
+            overhead, split,
         )  # fmt: skip
         return choice, runner
 
@@ -463,6 +480,7 @@ def tune_runner(
         size_candidates(device),
         memory,
         learn_overhead=device.is_cuda and "batch_overhead_tokens" not in settings.model_fields_set,
+        split=False if device.is_cuda else settings.split_threads,
     )
     threads = candidates["intra_op_threads"][0] if device.is_cuda else settings.intra_op_threads
     choice, runner = tuner.tune(candidates, runner, threads, build_s, BatchingChoice.configured(settings))

@@ -72,6 +72,11 @@ class Batching(SentInFull):
     batch_overhead_tokens: float | None = Field(
         None, description="A GPU's measured cost of one model call in tokens (null: the batch_overhead_tokens setting)."
     )
+    split_threads: bool = Field(
+        False,
+        description="A batch that runs alone gets every intra-op thread, batches side by side one thread each (a "
+        "second session of a small model).",
+    )
 
 
 class QuantizationEval(SentInFull):

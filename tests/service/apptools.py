@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from contract.onnx_io import PaddedRows
 from service.app import create_app
 from service.engine import Engine
-from service.runtime import ModelRunner
+from service.sessions import ModelRunner
 from service.settings import Settings
 
 

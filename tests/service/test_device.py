@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from service import device as device_module
 from service.__main__ import main
 from service.device import CPU, Device, DeviceUnavailable, check_session_device, parse_device, resolve_device
-from service.runtime import OrtRunner
+from service.sessions import OrtRunner
 from service.settings import Settings
 from service.tuning import GPU_SIZE_CANDIDATES, SIZE_CANDIDATES, GpuMemory, candidate_sets
 from tests.service.apptools import ready_app_client

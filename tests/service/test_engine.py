@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from contract.bundle import BundleError, BundleSpec, write_spec
-from service import runtime
+from service import sessions
 from service.batch_rows import MAX_TOKEN_OUTPUT_BYTES, batch_policy
 from service.engine import Engine
 from service.errors import BadRequest, NotReady
@@ -159,13 +159,13 @@ def test_two_workers_run_batches_at_once_on_one_session(
     text_classification_model: TinyModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     opened: list[object] = []
-    real_session = runtime.ort_session
+    real_session = sessions.ort_session
 
     def counting_session(*args: object, **kwargs: object) -> object:
         opened.append(args[0])
         return real_session(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(runtime, "ort_session", counting_session)
+    monkeypatch.setattr(sessions, "ort_session", counting_session)
     engine = Engine.from_bundle(text_classification_model.bundle, settings(model_workers=2, max_batch_size=1))
     assert len(opened) == 1, "one graph load per model, whatever the worker count"
     first, second = engine.workers

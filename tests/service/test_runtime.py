@@ -6,7 +6,8 @@ from tokenizers import Tokenizer
 
 from contract.onnx_io import pad_token_rows
 from contract.tasks import TASKS
-from service.runtime import OrtRunner, split_rows, token_output_width
+from service.runtime import split_rows
+from service.sessions import OrtRunner, token_output_width
 from tests.service.fakes import seq
 from tests.service.tiny_models import TinyModel
 

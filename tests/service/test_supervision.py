@@ -9,7 +9,7 @@ import pytest
 
 from service.engine import Engine
 from service.errors import NotReady
-from service.runtime import ModelRunner
+from service.sessions import ModelRunner
 from service.settings import Settings
 from service.supervision import FIRST_BACKOFF_S, MAX_BACKOFF_S
 from service.tasks import ClassificationParams

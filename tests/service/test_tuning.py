@@ -18,6 +18,7 @@ import pytest
 
 from service.__main__ import settings_from_args
 from service.engine import Engine
+from service.sessions import OrtRunner, SplitRunner
 from service.settings import TUNED_SETTINGS, Settings
 from service.tuning import BatchingChoice, Tuner, _at_least, _Sweep, candidate_sets, thread_candidates
 from tests.service.apptools import serving
@@ -54,8 +55,13 @@ def test_tuner_picks_inside_the_candidate_sets_it_logs(
     assert f"picked from {choice.candidates}" in logged and f"max_batch_tokens {choice.max_batch_tokens}" in logged
     policy = engine.batcher.policy
     assert (policy.max_batch_tokens, policy.max_batch_size) == (choice.max_batch_tokens, choice.max_batch_size)
-    session = engine.pool.runner.session  # type: ignore[attr-defined]
-    assert session.get_session_options().intra_op_num_threads == choice.intra_op_threads
+    runner = engine.pool.runner
+    if choice.split_threads:  # a tiny model: a lone batch on every thread, concurrent batches on one each
+        assert isinstance(runner, SplitRunner) and choice.parallel_runs == len(engine.workers) > 1
+        assert runner.one_thread.session.get_session_options().intra_op_num_threads == 1
+        runner = runner.all_cores
+    assert isinstance(runner, OrtRunner) and choice.split_threads == (choice.intra_op_threads > 1)
+    assert runner.session.get_session_options().intra_op_num_threads == choice.intra_op_threads
 
 
 def test_tune_keeps_given_settings_fixed_and_an_explicit_setting_disables_auto_tuning(
