@@ -12,6 +12,11 @@ is bounded whatever the clock says; a setting given explicitly is not tuned (its
 - ``max_batch_size``: the same sweep with 16-token rows, up to the token budget: how many short rows one call
   should take; never fewer than the long rows the token budget holds.
 
+And one layout is decided, not measured (its gain is the event loop's share of the cores, which no batch timed alone
+shows): a small model (a 128-token row within ``SMALL_MODEL_ROW_S`` on every thread) on a CPU with several threads and
+workers splits them (``service.sessions.SplitRunner``): a batch alone on every thread, batches side by side on one
+each. ``--split-threads`` decides it instead.
+
 Sweeps stop early once throughput stops growing or when the next batch would not fit in the time budget. A sweep the
 budget cut before throughput stopped growing has not found its knee: its setting is then at least the untuned default
 (``untuned``; on a slow machine a 1.5 s budget measured only 1 and 2 rows, and batches of 2 served at 0.7x the raw
