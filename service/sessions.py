@@ -10,7 +10,7 @@ a second (2 cores, MiniLM-L6 SST-2 fp32, c=32/128: 1.09x / 1.08x, and 0.67x at c
 row queued behind it) gets every core, and otherwise runs on the one-thread session beside the other workers'
 batches. The two kinds never overlap: a run on every core waits for the one-thread runs to end, and they for it. The
 one-thread session holds the weights a second time: only small models split (``service.tuning`` decides;
-``--split-threads false`` keeps one session).
+``--no-split-threads`` keeps one session).
 """
 
 from __future__ import annotations
