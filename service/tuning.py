@@ -36,27 +36,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from contract.onnx_io import PaddedRows, pad_rows
+from contract.onnx_io import PaddedRows
 from service.device import CPU, Device, cuda_free_memory
 from service.sessions import ModelRunner, OrtRunner
 from service.settings import TUNED_SETTINGS, Settings
 from service.tasks.base import ModelContext
+from service.tuning_probes import (
+    THREADS_PROBE_ROWS,
+    CallCost,
+    Clock,
+    GpuMemory,
+    Sweep,
+    synthetic_batch,
+    time_batch,
+)
 
 logger = logging.getLogger(__name__)
 
 LONG_ROW_TOKENS = 128
 SHORT_ROW_TOKENS = 16
-THREADS_PROBE_ROWS = 4
 SIZE_CANDIDATES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
 # A GPU keeps gaining from larger batches long after a CPU stops: its sweeps go on up to these, inside its free memory.
 GPU_SIZE_CANDIDATES: tuple[int, ...] = (*SIZE_CANDIDATES, 256, 512, 1024)
-GPU_MEMORY_SHARE = 0.5  # the activations of the largest batch tried may take this much of the GPU memory left free
 MAX_THREAD_CANDIDATES = 6
-WITHIN_BEST = 0.95  # a smaller setting within 5 % of the best throughput wins
 GROWTH = 1.05  # a sweep stops after two steps that do not beat the best by 5 %
-TIMED_RUNS = 3
 # The budget's parts: threads may use the first 35 %, the token sweep up to 75 %, the size sweep the rest.
 THREADS_SHARE = 0.35
 TOKENS_SHARE = 0.75
@@ -146,111 +149,6 @@ def candidate_sets(
     return sets
 
 
-class _Clock:
-    def __init__(self, budget_s: float) -> None:
-        self.started = time.perf_counter()
-        self.budget_s = budget_s
-
-    def allows(self, seconds: float, share: float = 1.0) -> bool:
-        """Whether ``seconds`` more fit in the first ``share`` of the budget (a stage's part, plus what earlier
-        stages left)."""
-        return time.perf_counter() + seconds <= self.started + share * self.budget_s
-
-    @property
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-
-def synthetic_batch(rows: int, length: int, cls_id: int, sep_id: int, vocab_size: int) -> PaddedRows:
-    """``rows`` rows of ``length`` tokens: [CLS] fixed pseudo-random words [SEP] (same every run)."""
-    rng = np.random.default_rng(0)
-    low = min(max(cls_id, sep_id) + 1, vocab_size - 1)
-    words = rng.integers(low, vocab_size, size=(rows, max(0, length - 2)))
-    ids = [[cls_id, *row.tolist(), sep_id][:length] for row in words]
-    return pad_rows([(row, [0] * len(row)) for row in ids], pad_token_id=0)
-
-
-@dataclass
-class _Sweep:
-    """Tokens per second measured per candidate, and the one picked."""
-
-    rates: dict[int, float] = field(default_factory=dict)
-    last_seconds: float = 0.0
-    cut_short: bool = False  # the budget ended it before two steps in a row stopped gaining
-
-    def knee(self) -> int:
-        """The smallest candidate within WITHIN_BEST of the best rate."""
-        best = max(self.rates.values())
-        return min(value for value, rate in self.rates.items() if rate >= WITHIN_BEST * best)
-
-
-SLOW_CALL_S = 0.05  # calls this slow are timed once after the warm-up call: their own noise is small
-
-
-def _time_batch(runner: ModelRunner, batch: PaddedRows, runs: int = TIMED_RUNS) -> float:
-    """Seconds per call: the best of ``runs`` after one warm-up call (first-shape allocations)."""
-    runner.run(batch)
-    best = float("inf")
-    for _ in range(runs):
-        started = time.perf_counter()
-        runner.run(batch)
-        best = min(best, time.perf_counter() - started)
-    return max(best, 1e-9)
-
-
-@dataclass(frozen=True)
-class CallCost:
-    """What one timed measurement costs on this model: from one timed call of a 1-row long batch and the time one
-    session took to build."""
-
-    row_s: float  # one long row
-    build_s: float
-
-    @property
-    def runs(self) -> int:
-        return 1 if self.row_s * THREADS_PROBE_ROWS >= SLOW_CALL_S else TIMED_RUNS
-
-    def measurement_s(self, rows: int) -> float:
-        return (self.runs + 1) * rows * self.row_s
-
-    def least_plan_s(self, thread_options: int, most_runs: int = 1) -> float:
-        """Every thread candidate, the widest run gate, then two sizes of each row sweep (1 and 2 long rows; short
-        rows cost less)."""
-        threads = thread_options * self.measurement_s(THREADS_PROBE_ROWS) + (thread_options - 1) * self.build_s
-        runs = most_runs * self.measurement_s(THREADS_PROBE_ROWS) if most_runs > 1 else 0.0
-        return threads + runs + 2 * self.measurement_s(3)
-
-
-class GpuMemory:
-    """What the batches tried took of a GPU's free memory, and whether a larger one would stay inside the budget
-    (``GPU_MEMORY_SHARE`` of what was free when tuning began): an fp16 graph's activations take half an fp32 one's,
-    so it is measured, not assumed. ``read``: the GPU's free bytes now (None: unknown, and nothing is refused)."""
-
-    def __init__(self, read: Callable[[], int | None], share: float = GPU_MEMORY_SHARE) -> None:
-        self.read = read
-        self.free_at_start = read()
-        self.budget = None if self.free_at_start is None else int(share * self.free_at_start)
-        self.used: dict[int, int] = {}  # batch tokens -> bytes taken since tuning began, once it had run
-
-    def observe(self, tokens: int) -> None:
-        free = self.read()
-        if free is not None and self.free_at_start is not None:
-            self.used[tokens] = max(self.used.get(tokens, 0), self.free_at_start - free)
-
-    def fits(self, tokens: int) -> bool:
-        """Whether a batch of ``tokens`` should fit: the growth between the two largest batches tried, extended."""
-        if self.budget is None or not self.used:
-            return True
-        sizes = sorted(self.used)
-        last = sizes[-1]
-        if len(sizes) == 1:
-            per_token = self.used[last] / last
-        else:
-            before = sizes[-2]
-            per_token = max(0.0, (self.used[last] - self.used[before]) / (last - before))
-        return self.used[last] + per_token * max(0, tokens - last) <= self.budget
-
-
 class Tuner:
     def __init__(
         self,
@@ -275,14 +173,14 @@ class Tuner:
         self.make_runner = make_runner
         self.ids = (cls_id, sep_id, vocab_size)
         self.max_length = max_length
-        self.clock = _Clock(budget_s)
+        self.clock = Clock(budget_s)
         self.cost = CallCost(0.0, 0.0)
         self.budget_note = ""
 
     def _plan(self, runner: ModelRunner, build_s: float, thread_options: int, most_runs: int) -> None:
         """Time one long row and set the budget: ``tune_seconds``, or the least the plan needs on a slow model."""
         single = self._batch(1, min(LONG_ROW_TOKENS, self.max_length))
-        self.cost = CallCost(_time_batch(runner, single, runs=1), build_s)
+        self.cost = CallCost(time_batch(runner, single, runs=1), build_s)
         least = self.cost.least_plan_s(thread_options, most_runs) + self.clock.elapsed
         if least > self.clock.budget_s:
             self.budget_note = f"budget {least:.1f} s, the least its sweeps need at this model's speed"
@@ -293,26 +191,24 @@ class Tuner:
     def _batch(self, rows: int, length: int) -> PaddedRows:
         return synthetic_batch(rows, length, *self.ids)
 
-    def _sweep_threads(
-        self, candidates: list[int], current: tuple[int, ModelRunner]
-    ) -> tuple[int, ModelRunner, _Sweep]:
+    def _sweep_threads(self, candidates: list[int], current: tuple[int, ModelRunner]) -> tuple[int, ModelRunner, Sweep]:
         """Every candidate is measured (the budget was set so that they fit)."""
         batch = self._batch(THREADS_PROBE_ROWS, min(LONG_ROW_TOKENS, self.max_length))
         tokens = batch.input_ids.size
-        sweep, runners = _Sweep(), {current[0]: current[1]}
+        sweep, runners = Sweep(), {current[0]: current[1]}
         for threads in sorted(candidates, key=lambda threads: (threads != current[0], threads)):
             runner = runners.get(threads) or self.make_runner(threads)
             runners[threads] = runner
-            seconds = _time_batch(runner, batch, self.cost.runs)
+            seconds = time_batch(runner, batch, self.cost.runs)
             sweep.rates[threads], sweep.last_seconds = tokens / seconds, seconds
         chosen = sweep.knee()
         return chosen, runners[chosen], sweep
 
-    def _sweep_parallel_runs(self, runner: ModelRunner, candidates: list[int], one_run_rate: float) -> _Sweep:
+    def _sweep_parallel_runs(self, runner: ModelRunner, candidates: list[int], one_run_rate: float) -> Sweep:
         """Tokens/s with k threads running the probe batch on ``runner`` at once, for each k > 1 of ``candidates``
         (k = 1 is the thread sweep's own figure); ties go to fewer runs."""
         batch = self._batch(THREADS_PROBE_ROWS, min(LONG_ROW_TOKENS, self.max_length))
-        sweep = _Sweep(rates={1: one_run_rate} if 1 in candidates else {})
+        sweep = Sweep(rates={1: one_run_rate} if 1 in candidates else {})
         for runs in (k for k in sorted(candidates) if k > 1):
             ready = threading.Barrier(runs + 1)
             done = threading.Barrier(runs + 1)
@@ -352,8 +248,8 @@ class Tuner:
             sweep.rates[runs] = runs * self.cost.runs * batch.input_ids.size / max(seconds, 1e-9)
         return sweep
 
-    def _sweep_rows(self, runner: ModelRunner, length: int, sizes: list[int], share: float) -> _Sweep:
-        sweep, stalled = _Sweep(), 0
+    def _sweep_rows(self, runner: ModelRunner, length: int, sizes: list[int], share: float) -> Sweep:
+        sweep, stalled = Sweep(), 0
         for count, size in enumerate(sizes):
             expected = sweep.last_seconds * 2 * (self.cost.runs + 1)
             if count >= 2 and not self.clock.allows(expected, share):
@@ -361,7 +257,7 @@ class Tuner:
                 break
             if self.memory is not None and not self.memory.fits(size * length):
                 break
-            seconds = _time_batch(runner, self._batch(size, length), self.cost.runs)
+            seconds = time_batch(runner, self._batch(size, length), self.cost.runs)
             if self.memory is not None:
                 self.memory.observe(size * length)
             rate = size * length / seconds

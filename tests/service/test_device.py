@@ -14,7 +14,8 @@ from service.__main__ import main
 from service.device import CPU, Device, DeviceUnavailable, check_session_device, parse_device, resolve_device
 from service.sessions import OrtRunner
 from service.settings import Settings
-from service.tuning import GPU_SIZE_CANDIDATES, SIZE_CANDIDATES, GpuMemory, candidate_sets
+from service.tuning import GPU_SIZE_CANDIDATES, SIZE_CANDIDATES, candidate_sets
+from service.tuning_probes import GpuMemory
 from tests.service.apptools import ready_app_client
 from tests.service.tiny_models import TinyModel
 

@@ -20,7 +20,8 @@ from service.__main__ import settings_from_args
 from service.engine import Engine
 from service.sessions import OrtRunner, SplitRunner
 from service.settings import TUNED_SETTINGS, Settings
-from service.tuning import BatchingChoice, Tuner, _at_least, _Sweep, candidate_sets, thread_candidates
+from service.tuning import BatchingChoice, Tuner, _at_least, candidate_sets, thread_candidates
+from service.tuning_probes import Sweep
 from tests.service.apptools import serving
 from tests.service.tiny_models import TinyModel
 
@@ -94,8 +95,8 @@ def test_thread_candidates_are_powers_of_two_and_the_cpu_count() -> None:
 
 
 def test_the_knee_is_the_smallest_setting_within_five_percent_of_the_best() -> None:
-    assert _Sweep({1: 100.0, 2: 190.0, 4: 200.0, 8: 201.0}).knee() == 4
-    assert _Sweep({1: 100.0, 2: 99.0}).knee() == 1
+    assert Sweep({1: 100.0, 2: 190.0, 4: 200.0, 8: 201.0}).knee() == 4
+    assert Sweep({1: 100.0, 2: 99.0}).knee() == 1
     assert _at_least([512, 1024, 2048], 600) == 1024
     assert _at_least([512, 1024], 5000) == 1024
 
