@@ -50,6 +50,9 @@ from service.tracing import ACCESS_RECORD
 from service.tuning import BatchingChoice, tune_runner
 
 logger = logging.getLogger(__name__)
+
+# The warm-up batches may take this long whatever the request timeout (a slow machine's first call, a 1 s timeout).
+WARM_UP_DEADLINE_S = 120.0
 T = TypeVar("T")
 
 
@@ -272,9 +275,10 @@ class Engine:
     async def _warm_up(self) -> None:
         ctx = self.context
         ids = np.array([ctx.cls_token_id] + [ctx.mask_token_id] * 6 + [ctx.sep_token_id], dtype=np.int64)
-        await self.batcher.run([ModelRow(ids, np.zeros_like(ids))], self.settings.timeout_s)
+        deadline_s = max(self.settings.timeout_s, WARM_UP_DEADLINE_S)  # a first call's set-up is no request's cost
+        await self.batcher.run([ModelRow(ids, np.zeros_like(ids))], deadline_s)
         if self.rate_of is None:
-            await self.batcher.run(self._rate_probe(), self.settings.timeout_s)
+            await self.batcher.run(self._rate_probe(), deadline_s)
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self._executor, seed_rate, self._ledger, ctx.tokenizer)
         else:  # a LoRA adapter costs what its base costs: no probe batch, and its base seeds their one ledger

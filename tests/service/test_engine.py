@@ -239,3 +239,32 @@ def test_one_parallel_run_lets_the_second_worker_wait_for_the_first(text_classif
     running, answers = asyncio.run(main())
     assert running == 1, "the second batch ran while the first held the run gate"
     assert len(answers) == 2 and len(gated.seen) == 2
+
+
+class FirstCallSlow:
+    """A real runner whose first call takes ``first_s`` longer (a slow machine's set-up of a fresh session)."""
+
+    def __init__(self, inner: object, first_s: float) -> None:
+        self.inner, self.first_s, self.calls = inner, first_s, 0
+        self.output_names = inner.output_names  # type: ignore[attr-defined]
+
+    def run(self, batch):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(self.first_s)
+        return self.inner.run(batch)  # type: ignore[attr-defined]
+
+
+def test_a_short_request_timeout_does_not_fail_a_slow_warm_up(text_classification_model: TinyModel) -> None:
+    engine = Engine.from_bundle(text_classification_model.bundle, settings(timeout_s=0.3))
+    slow = FirstCallSlow(engine.pool.runner, first_s=0.6)
+    for worker in engine.workers:
+        worker.runner = slow
+
+    async def main() -> bool:
+        await engine.start()
+        ready = engine.ready
+        await engine.stop()
+        return ready
+
+    assert asyncio.run(main()) and slow.calls >= 2  # warmed up past the request timeout, then the rate probe ran
