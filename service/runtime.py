@@ -3,7 +3,8 @@
 A worker takes batches from the batcher, pads them, runs the session once per batch, cuts the outputs back into
 per-row arrays and hands them to the batcher. The workers of a model share one run gate: at most its width of them
 take and run a batch at once (one, on a session with every core's threads: the next batch forms while the last one's
-outputs are cut and answered; more, where concurrent runs measured faster).
+outputs are cut and answered; more, where concurrent runs measured faster, or every worker on a small model's split
+runner, which gives each batch every thread or one: ``service.sessions.SplitRunner``).
 
 A failing batch fails only its own requests (500) and the worker goes on; after ``RETIRE_AFTER_FAILURES`` failed
 batches in a row, or if the thread itself dies, the worker fails its batch with a 503 naming the model, turns
