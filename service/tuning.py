@@ -317,7 +317,7 @@ class Tuner:
         # a small model's batches side by side on one thread each, a lone one on all threads: what it gains is the
         # barrier the event loop's work stalls, which no measurement in isolation shows (the A/B in service.sessions)
         split = self.split if self.split is not None else self.cost.row_s <= SMALL_MODEL_ROW_S
-        split = split and threads > 1 and max(run_options) > 1 and not self.learn_overhead
+        split = split and threads > 1 and max(run_options) > 1
         if split:
             parallel_runs = max(run_options)
         overhead = None
