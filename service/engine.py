@@ -183,7 +183,7 @@ class Engine:
         own_threads = device.is_cuda and "intra_op_threads" not in settings.model_fields_set
         first_threads = 1 if own_threads else settings.intra_op_threads
 
-        def make_runner(threads: int = first_threads) -> OrtRunner:
+        def make_runner(threads: int = first_threads, spin: bool = spin) -> OrtRunner:
             try:
                 return OrtRunner(bundle.model_path, outputs, threads, spin, device)
             except DeviceUnavailable:
@@ -192,31 +192,32 @@ class Engine:
                 raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
 
         built = time.perf_counter()
-        served = make_runner()
+        first = make_runner()
         build_s = time.perf_counter() - built
         name = name or bundle.path.name
         batching = None
+        reusable: OrtRunner | None = first  # served as it is unless tuning or a split needs fresh sessions
         if settings.tunes():
-            width = token_output_width(served, task_spec(bundle.spec.task).token_level)
+            width = token_output_width(first, task_spec(bundle.spec.task).token_level)
             cap = MAX_TOKEN_OUTPUT_BYTES // (4 * width) if width else None
             tuned, batching = tune_runner(
-                name, bundle.model_path, outputs, context, served, settings, cap, build_s, device
+                name, bundle.model_path, outputs, context, first, settings, cap, build_s, device
             )
-            # the tuner's sessions keep the arena their largest trial batch grew: serve on a fresh one
-            del tuned, served
-            served = make_runner(batching.intra_op_threads)
+            # the tuner's sessions keep the arena their largest trial batch grew: serve on fresh ones
+            reusable = None
+            del tuned, first
         threads = batching.intra_op_threads if batching is not None else first_threads
         batching = batching or BatchingChoice.configured(settings)
-        runner: ModelRunner = served
-        fresh: Callable[[], ModelRunner] = functools.partial(make_runner, threads)
         if batching.split_threads and device.is_cuda:  # a GPU's CPU threads only run what CUDA lacks
             batching = dataclasses.replace(batching, split_threads=False)
-        elif batching.split_threads:  # a lone batch on every thread, concurrent ones on one thread each
+        fresh: Callable[[], ModelRunner] = functools.partial(make_runner, threads)
+        if batching.split_threads:  # a lone batch on every thread, concurrent ones on one thread each
 
             def fresh() -> ModelRunner:
-                return SplitRunner(make_runner(threads), make_runner(1))
+                # a lone batch's threads spin while it runs: nothing else runs beside it (``SplitRunner``)
+                return SplitRunner(make_runner(threads, spin=True), make_runner(1))
 
-            runner = SplitRunner(served, make_runner(1))
+        runner = reusable if reusable is not None and not batching.split_threads else fresh()
         return cls(
             name, bundle, handler, context, runner, settings, executor, observer, batching, settings.model_workers,
             fresh, device,
