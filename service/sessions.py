@@ -7,10 +7,11 @@ it is the slower layout: each operator's threads meet at a barrier, and on a mac
 loop and the tokenizer one descheduled thread stalls the others; batches side by side on one thread each do more rows
 a second (2 cores, MiniLM-L6 SST-2 fp32, c=32/128: 1.09x / 1.08x, and 0.67x at c=1 where that layout served alone:
 ``benchmarks/results/ab/issue46-thread-split-probe-fp32.md``). So a batch that runs alone (no other batch running, no
-row queued behind it) gets every core, and otherwise runs on the one-thread session beside the other workers'
-batches. The two kinds never overlap: a run on every core waits for the one-thread runs to end, and they for it. The
-one-thread session holds the weights a second time: only small models split (``service.tuning`` decides;
-``--no-split-threads`` keeps one session).
+row queued behind it) gets every core, its threads spinning while it runs (nothing else needs the cores then;
+``session.force_spinning_stop`` ends the spinning with the run), and otherwise runs on the one-thread session beside
+the other workers' batches. The two kinds never overlap: a run on every core waits for the one-thread runs to end,
+and they for it. The one-thread session holds the weights a second time: only small models split (``service.tuning``
+decides; ``--no-split-threads`` keeps one session).
 """
 
 from __future__ import annotations

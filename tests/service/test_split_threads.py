@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from contract.onnx_io import PaddedRows, pad_token_rows
@@ -48,6 +49,13 @@ class FakeSession:
         with self.recorder.lock:
             self.recorder.running.remove(self.kind)
         return {"logits": np.zeros((batch.input_ids.shape[0], 2), dtype=np.float32)}
+
+
+def config_entry(options: ort.SessionOptions, key: str) -> str | None:
+    try:
+        return options.get_session_config_entry(key)
+    except RuntimeError:  # not set
+        return None
 
 
 def split_fakes() -> tuple[SplitRunner, Recorder]:
@@ -100,6 +108,11 @@ def test_a_split_engine_answers_as_one_session_alone_and_under_concurrent_load(
     assert engine.info.batching["split_threads"] is True and engine.info.batching["parallel_runs"] == 2
     assert runner.one_thread.session.get_session_options().intra_op_num_threads == 1
     assert runner.all_cores.session.get_session_options().intra_op_num_threads == 2
+    all_cores, one_thread = (r.session.get_session_options() for r in (runner.all_cores, runner.one_thread))
+    # a lone batch's threads spin while it runs, and only then; one-thread runs beside others never spin
+    assert config_entry(all_cores, "session.intra_op.allow_spinning") in (None, "1")  # unset: onnxruntime spins
+    assert config_entry(all_cores, "session.force_spinning_stop") == "1"
+    assert config_entry(one_thread, "session.intra_op.allow_spinning") == "0"
     used: list[str] = []
     for kind, session in (("all", runner.all_cores), ("one", runner.one_thread)):
         real = session.run
