@@ -1,5 +1,6 @@
 """How a request's JSON body is read and validated, on every inference route of every protocol, and how JSON
-answers are written (``encode_json``: compact UTF-8, as Starlette's JSONResponse writes them).
+answers are written (``encode_json``: compact UTF-8, as Starlette's JSONResponse writes them; float arrays, the
+embeddings and logits, by orjson, to the same bytes).
 
 ## Bodies that do not parse or validate
 
@@ -37,11 +38,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from email.message import Message
 from typing import Any, TypeVar
 
 import numpy as np
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from service.errors import BadRequest, InvalidRequest, ServiceError, UnsupportedMediaType
@@ -57,9 +60,61 @@ def _to_builtin(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+# Python writes a float's shortest round-trip digits in exponent form below 1e-4 and from 1e16 (``repr``: 1e-05,
+# 1e+16); orjson writes the same digits, but positionally or with a bare exponent (0.00001, 1e-5) there.
+REPR_EXPONENT_BELOW, REPR_EXPONENT_FROM = 1e-4, 1e16
+
+
+def float_array_json(array: np.ndarray) -> bytes | None:
+    """``array.tolist()`` as ``json.dumps`` writes it, by orjson: the same bytes at ~1/20 of the time (a 384-float
+    embedding: 8 us against 179). None for an array holding NaN or infinity (``json`` writes NaN, orjson null)."""
+    values = np.asarray(array, dtype=np.float64)
+    return _finite_json(values) if np.isfinite(values).all() else None
+
+
+def _finite_json(values: np.ndarray) -> bytes:
+    if values.ndim > 1:
+        return b"[" + b",".join(_finite_json(row) for row in values) + b"]"
+    text = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)
+    magnitude = np.abs(values)
+    exponent_form = np.flatnonzero(
+        ((magnitude < REPR_EXPONENT_BELOW) & (magnitude > 0)) | (magnitude >= REPR_EXPONENT_FROM)
+    )
+    if exponent_form.size == 0:
+        return text
+    numbers = text[1:-1].split(b",")
+    for index in exponent_form.tolist():
+        numbers[index] = repr(float(values[index])).encode()
+    return b"[" + b",".join(numbers) + b"]"
+
+
+# Stands in json.dumps's output for a float array written by orjson, until that array's JSON replaces it: the
+# process's own secret, so no string a client sends can pass for one.
+_ARRAY_MARK = f"\x00{secrets.token_hex(8)}\x00"
+_ARRAY_MARK_JSON = json.dumps(_ARRAY_MARK)
+
+
 def encode_json(payload: Any) -> bytes:
-    """Compact UTF-8 JSON; numpy scalars and arrays as numbers and lists."""
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=_to_builtin).encode()
+    """Compact UTF-8 JSON; numpy scalars and arrays as numbers and lists (float arrays by ``float_array_json``)."""
+    arrays: list[bytes] = []
+
+    def builtin_or_marked(value: Any) -> Any:
+        if isinstance(value, np.ndarray) and value.ndim > 0 and value.dtype.kind == "f":
+            array_json = float_array_json(value)
+            if array_json is not None:
+                arrays.append(array_json)
+                return _ARRAY_MARK
+        return _to_builtin(value)
+
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=builtin_or_marked)
+    if not arrays:
+        return text.encode()
+    parts = text.split(_ARRAY_MARK_JSON)
+    assert len(parts) == len(arrays) + 1, "an array mark appeared outside the arrays it stands for"
+    pieces = [parts[0].encode()]
+    for array_json, part in zip(arrays, parts[1:], strict=True):
+        pieces += (array_json, part.encode())
+    return b"".join(pieces)
 
 
 MAX_LISTED_PROBLEMS = 5

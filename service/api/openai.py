@@ -17,11 +17,12 @@ from service.tasks import Embedding
 from service.tasks.feature_extraction import EmbeddingsRequest, EmbeddingsResponse
 
 
-def encode_vector(vector: np.ndarray, encoding_format: str) -> list[float] | str:
-    """float: a JSON list; base64: the float32 little-endian bytes (what OpenAI clients decode with frombuffer)."""
+def encode_vector(vector: np.ndarray, encoding_format: str) -> np.ndarray | str:
+    """float: the vector, which the answer's JSON writes as a list; base64: the float32 little-endian bytes (what
+    OpenAI clients decode with frombuffer)."""
     if encoding_format == "base64":
         return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
-    return vector.tolist()
+    return vector
 
 
 def embeddings_answer(decoded: Decoded, result: InferenceResult) -> Reply:

@@ -7,7 +7,6 @@ Elements are little-endian, row-major; a BYTES element is a 4-byte length follow
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from service.api.bodies import encode_json
 from service.errors import BadRequest
 from service.schemas.v2 import V2InferRequest
 
@@ -32,10 +32,11 @@ class OutputTensor:
     shape: tuple[int, ...]
     values: np.ndarray | list[str]  # row-major; strings for BYTES
 
-    def json_data(self) -> list[Any]:
+    def json_data(self) -> list[Any] | np.ndarray:
+        """The values, flat, for a JSON answer (which writes an array as a list)."""
         if self.datatype == "BYTES":
             return list(self.values)
-        return np.asarray(self.values, dtype=NUMERIC_DTYPES[self.datatype]).reshape(-1).tolist()
+        return np.asarray(self.values, dtype=NUMERIC_DTYPES[self.datatype]).reshape(-1)
 
     def binary_data(self) -> bytes:
         if self.datatype == "BYTES":
@@ -142,5 +143,5 @@ def encode_response(header: dict[str, Any], outputs: Sequence[OutputTensor], bin
         else:
             entry["data"] = output.json_data()
         entries.append(entry)
-    content = json.dumps({**header, "outputs": entries}, ensure_ascii=False, separators=(",", ":")).encode()
+    content = encode_json({**header, "outputs": entries})
     return content + b"".join(blobs), len(content)
