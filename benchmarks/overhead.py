@@ -87,14 +87,21 @@ def stages(collapsed: str) -> dict[str, float]:
 def measure_raw(bundle: Path, load: str, duration_s: float) -> dict[str, Any]:
     inputs = load_inputs(load)
     result = raw_ort.measure(bundle, ROUTES[load], inputs, duration_s)
+    alone = [round(batch_one_ms(bundle, ROUTES[load], inputs, duration_s / 3, pause), 3) for pause in (0.0, PACE_S)]
     return {"sequences_per_s": round(result.sequences_per_s, 2), "batch_size": result.batch_size,
             "cpu_ms_per_sequence": round(1000 * result.cpu_seconds / result.inputs, 3),
-            "batch1_median_ms": round(batch_one_ms(bundle, ROUTES[load], inputs, duration_s / 3), 3)}  # fmt: skip
+            "batch1_median_ms": alone[0], "batch1_paced_median_ms": alone[1]}  # fmt: skip
 
 
-def batch_one_ms(bundle: Path, task: str, inputs: list[Any], seconds: float) -> float:
+# A lone request's run follows the last one after its answer went out and the next request came in (about a
+# millisecond at c=1 here): the cores idle meanwhile, and a run after an idle pause is slower than back to back.
+PACE_S = 0.001
+
+
+def batch_one_ms(bundle: Path, task: str, inputs: list[Any], seconds: float, pause_s: float = 0.0) -> float:
     """The raw loop's median time for one input alone (tokenize, pad, run; both threads, the faster of spinning
-    or not): what a lone request's p50 is held against."""
+    or not): what a lone request's p50 is held against. ``pause_s``: each call after that long idle (the
+    calls back to back when 0)."""
     tokenizer = raw_ort.bundle_tokenizer(bundle, task)
     medians = []
     for spin in (True, False):
@@ -105,9 +112,21 @@ def batch_one_ms(bundle: Path, task: str, inputs: list[Any], seconds: float) -> 
         def alone(session: Any = session, singles: Any = singles) -> None:
             raw_ort.one_pass(session, tokenizer, task, [next(singles)], 1)
 
-        times = timed(alone, seconds / 2, 3)
+        times = timed(alone, seconds / 2, 3) if not pause_s else paced(alone, seconds / 2, pause_s)
         medians.append(1000 * statistics.median(times))
     return min(medians)
+
+
+def paced(call: Any, seconds: float, pause_s: float) -> list[float]:
+    """Each call's seconds, every call after ``pause_s`` asleep, for ``seconds`` (at least 3 calls)."""
+    times: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline or len(times) < 3:
+        time.sleep(pause_s)
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return times
 
 
 def measure_server(args: argparse.Namespace, name: str, bundle: Path, load: str) -> list[dict[str, Any]]:
@@ -153,15 +172,18 @@ def markdown(report: dict[str, Any]) -> str:
         f"Tree {report['tree']}; {report['duration_s']:.0f} s per point; load average at start "
         f"{report['load_avg']['start']}, at end {report['load_avg']['end']}. Overhead = server CPU per request "
         "- raw loop CPU per sequence (one sentence per request); at c=1, p50 against the raw loop's median for one "
-        "input alone (tokenize, pad, run)."
+        "input alone (tokenize, pad, run), back to back and (paced) each after 1 ms idle, as a lone request's run "
+        "comes."
     )
     lines = ["# Overhead per request (benchmarks.overhead)", "", intro, "", TABLE_HEAD]
     for model in report["models"]:
         raw = model["raw"]
         for point in model["served"]:
             overhead = point["cpu_ms_per_request"] - raw["cpu_ms_per_sequence"]
-            alone = raw.get("batch1_median_ms")
+            alone, paced_alone = raw.get("batch1_median_ms"), raw.get("batch1_paced_median_ms")
             lone = f"{point['p50_ms'] - alone:+.2f} (raw {alone:.2f})" if point["concurrency"] == 1 and alone else ""
+            if lone and paced_alone:
+                lone += f"; {point['p50_ms'] - paced_alone:+.2f} (paced {paced_alone:.2f})"
             lines.append(
                 f"| {model['name']} | `{model['route']}` | {point['concurrency']} | {point['sequences_per_s']:.1f} "
                 f"| {raw['sequences_per_s']:.1f} | {point['sequences_per_s'] / raw['sequences_per_s']:.2f} "
