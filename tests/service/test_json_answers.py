@@ -50,6 +50,14 @@ def test_arrays_of_more_dimensions_and_empty_ones_keep_their_nesting() -> None:
         assert float_array_json(array) == as_json_writes_it(array)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_views_of_an_array_that_are_not_contiguous_are_written_too(dtype: type) -> None:
+    matrix = floats_of_every_size(6 * 8, 2).astype(dtype).reshape(6, 8)
+    for view in (matrix[:, 3], matrix.T, matrix[::2], matrix[1:5:2, ::3]):
+        assert not view.flags.c_contiguous
+        assert encode_json({"values": view}) == as_json_writes_it({"values": view})
+
+
 def test_an_array_holding_nan_or_infinity_is_left_to_json() -> None:
     array = np.array([0.5, np.nan, np.inf, -np.inf], dtype=np.float32)
     assert float_array_json(array) is None
