@@ -215,7 +215,10 @@ def measure_size(size: str, args: argparse.Namespace, results: dict[str, Any]) -
 def write(results: dict[str, Any], out: Path) -> None:
     results["load_avg"]["end"] = load_average()
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    text = json.dumps(results, indent=2) + "\n"
+    # committed: the interpreter and the checkout's own paths, not this machine's (export records its command)
+    text = text.replace(json.dumps(sys.executable)[1:-1], "python").replace(json.dumps(f"{REPO_ROOT}/")[1:-1], "")
+    out.with_suffix(".json").write_text(text)
     out.with_suffix(".md").write_text(markdown(results))
 
 
