@@ -1,6 +1,7 @@
 """``python -m benchmarks.studies.json_floats``: what writing an embeddings answer costs, json.dumps of the vectors'
 lists (the service before) against ``service.api.bodies.encode_json`` (float arrays by orjson), and that both
-write the same bytes.
+write the same bytes. And what a Batch API output entry for that answer costs, given the answer's bytes: read back
+and written again by ``json`` (the service before) against put in as written (``service.batch.lines.EncodedJson``).
 
 Unit-length float32 vectors (as a normalising embedding model gives; about half of 384-float ones hold a value under
 1e-4, which takes the exponent fix-up), in OpenAI's embeddings answer, 1 and 16 vectors an answer, 384 and 1,024
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from service.api.bodies import encode_json
+from service.batch.lines import EncodedJson, answered
 
 
 def as_lists(payload: Any) -> bytes:
@@ -46,7 +48,15 @@ def answers(count: int, vectors: int, size: int, seed: int = 0) -> list[dict[str
     ]
 
 
-def microseconds(write: Callable[[Any], bytes], payloads: list[dict[str, Any]], passes: int = 5) -> float:
+def entry_again(content: bytes) -> bytes:
+    return answered("batch_x", 7, "line-7", 200, json.loads(content))
+
+
+def entry_as_is(content: bytes) -> bytes:
+    return answered("batch_x", 7, "line-7", 200, EncodedJson(content))
+
+
+def microseconds(write: Callable[[Any], bytes], payloads: list[Any], passes: int = 5) -> float:
     times = []
     for _ in range(passes):
         started = time.perf_counter()
@@ -68,6 +78,16 @@ def main(argv: list[str] | None = None) -> int:
             payloads = answers(200, vectors, size)
             same = all(as_lists(payload) == encode_json(payload) for payload in payloads)
             before, after = microseconds(as_lists, payloads), microseconds(encode_json, payloads)
+            rows.append(f"| {size} | {vectors} | {before:.0f} | {after:.0f} | {'yes' if same else 'NO'} |")
+    rows += ["", "A batch output entry of that answer, from its bytes:", "",
+             "| floats a vector | vectors an answer | json.loads + json.dumps, us | EncodedJson, us | same bytes |",
+             "| ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for size in (384, 1024):
+        for vectors in (1, 16):
+            written = [encode_json(payload) for payload in answers(200, vectors, size)]
+            again, as_is = entry_again, entry_as_is
+            same = all(again(content) == as_is(content) for content in written)
+            before, after = microseconds(again, written), microseconds(as_is, written)
             rows.append(f"| {size} | {vectors} | {before:.0f} | {after:.0f} | {'yes' if same else 'NO'} |")
     load_end = [round(x, 2) for x in os.getloadavg()]
     load = f"Load average at start {[round(x, 2) for x in load_start]}, at end {load_end}."

@@ -8,13 +8,13 @@ The endpoints a batch may name: ``/v1/embeddings`` and every other ``/v1/...`` i
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from service.api import openai, rerank, v1
 from service.api.bodies import JSON_MEDIA_TYPE, encode_json, validated_json_body
 from service.api.entry import Decoded, InferenceRoute, Reply, body_too_large
+from service.batch.lines import EncodedJson
 from service.batch.runner import Answer, TryLater
 from service.core import InferenceRequest, ServiceCore, run_inference
 from service.errors import NotReady, Overloaded, RequestTimeout, ServiceError
@@ -47,7 +47,7 @@ class RouteCall:
             request = InferenceRequest.of(decoded.request, background=True)
             result = await run_inference(request, self.core.registry, self.core.settings)
             reply = route.answer(decoded, result)
-            return Answer(200, json.loads(reply.content if isinstance(reply, Reply) else encode_json(reply)))
+            return Answer(200, EncodedJson(reply.content if isinstance(reply, Reply) else encode_json(reply)))
         except TRANSIENT as refused:
             delay = float(refused.retry_after_s) if isinstance(refused, Overloaded) else 1.0
             raise TryLater(delay, Answer(refused.status_code, refused.body(url))) from None

@@ -55,7 +55,7 @@ CHUNKS_AHEAD = 2  # chunks answered at once: the next chunk's rows reach the bat
 @dataclass(frozen=True, slots=True)
 class Answer:
     status_code: int
-    body: Any
+    body: Any  # a JSON value, or the route's answer as written (``service.batch.lines.EncodedJson``)
 
 
 class TryLater(Exception):

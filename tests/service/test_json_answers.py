@@ -1,4 +1,5 @@
-"""JSON answers: float arrays written by orjson are the bytes ``json.dumps`` writes for their ``tolist()``."""
+"""JSON answers: float arrays written by orjson are the bytes ``json.dumps`` writes for their ``tolist()``; a batch
+output entry holding an answer's bytes as written is the entry written from the answer's objects."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from service.api.bodies import encode_json, float_array_json
+from service.batch.lines import EncodedJson, answered
 
 
 def as_json_writes_it(payload: Any) -> bytes:
@@ -85,3 +87,22 @@ def test_a_string_shaped_like_an_array_mark_stays_a_string() -> None:
     payload = {"text": lookalike, "vector": np.array([0.25, 1e-07], dtype=np.float32)}
     assert encode_json(payload) == as_json_writes_it(payload)
     assert json.loads(encode_json(payload))["text"] == lookalike
+
+
+@pytest.mark.parametrize("custom_id", ["line-1", 'a "quoted" \u00e9 id \x00', ""])
+def test_a_batch_entry_holding_the_answer_as_written_is_the_entry_written_from_its_objects(custom_id: str) -> None:
+    vectors = [floats_of_every_size(384, seed) for seed in range(3)]
+    answers = [
+        {"object": "list", "data": [{"index": k, "embedding": vector} for k, vector in enumerate(vectors)]},
+        {"model": "sst2 \u4e2d", "results": [[{"label": "POSITIVE", "score": 0.9998}]], "none": None},
+        [],
+        {},
+    ]
+    for number, answer in enumerate(answers):
+        content = encode_json(answer)
+        entry = answered("batch_abc", number, custom_id, 200, EncodedJson(content))
+        assert entry == answered("batch_abc", number, custom_id, 200, json.loads(content))
+        assert entry.endswith(b"}\n") and entry.count(b"\n") == 1
+        read = json.loads(entry)
+        assert (read["custom_id"], read["response"]["status_code"], read["error"]) == (custom_id, 200, None)
+        assert read["response"]["body"] == json.loads(content)
