@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.datasets import REPO_ROOT
 from benchmarks.targets import check_targets, raw_task
 
 TASK_TITLES = {
@@ -28,6 +29,11 @@ RAW_KEYS = {CHUNK_SORTED: "raw", GLOBAL_SORTED: "raw_global"}  # how ratios name
 def load_average(at_start: tuple[float, float, float]) -> dict[str, list[float]]:
     """The load average at a run's start (read then) and now, at its end: a run says what else was running."""
     return {"start": [round(v, 2) for v in at_start], "end": [round(v, 2) for v in os.getloadavg()]}
+
+
+def shown_path(path: Path) -> str:
+    """``path`` as a committed report writes it: relative to the checkout, else only its name (no machine paths)."""
+    return str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else Path(path.name))
 
 
 def load_parser(

@@ -27,9 +27,9 @@ from typing import Any
 from benchmarks import servers
 from benchmarks.ab import revision
 from benchmarks.batch_capacity import BatchClient
-from benchmarks.datasets import REPO_ROOT, SCRATCH_DIR
+from benchmarks.datasets import SCRATCH_DIR
 from benchmarks.loads import load_inputs
-from benchmarks.report import load_average, write_report
+from benchmarks.report import load_average, shown_path, write_report
 
 WORK = SCRATCH_DIR / "batch-jobs-ab"
 MODEL, ROUTE = "embeddings", "/v1/embeddings"
@@ -120,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
                 for job, path in files.items():
                     rates[job][label].append(round(run_job(client, path), 2))
                     logging.info("round %d %s %s: %.1f lines/s", number, label, job, rates[job][label][-1])
-    shown = bundle.relative_to(REPO_ROOT) if bundle.is_relative_to(REPO_ROOT) else Path(bundle.name)
     report = {
-        "bundle": str(shown), "rounds": args.rounds, "trees": {label: revision(tree) for label, tree in trees.items()},
-        "jobs": rates, "load_avg": load_average(load_at_start),
+        "bundle": shown_path(bundle), "rounds": args.rounds,
+        "trees": {label: revision(tree) for label, tree in trees.items()}, "jobs": rates,
+        "load_avg": load_average(load_at_start),
     }  # fmt: skip
     write_report(args.out, report, markdown(report))
     return 0

@@ -38,7 +38,7 @@ import numpy as np
 from benchmarks.datasets import REPO_ROOT
 from benchmarks.loads import load_inputs
 from benchmarks.raw_ort import bundle_tokenizer
-from benchmarks.report import load_average, write_report
+from benchmarks.report import load_average, shown_path, write_report
 from contract.bundle import read_bundle
 from contract.onnx_io import ort_session, pad_rows
 from service.batch_rows import choose_rows
@@ -216,9 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                 points.append({"clients": clients, "cut": name, "overhead": overhead, **found})
     from benchmarks.ab import revision
 
-    shown = bundle.relative_to(REPO_ROOT) if bundle.is_relative_to(REPO_ROOT) else Path(bundle.name)
     report = {
-        "tree": revision(REPO_ROOT), "bundle": str(shown), "workers": args.workers, "think_ms": args.think_ms,
+        "tree": revision(REPO_ROOT), "bundle": shown_path(bundle), "workers": args.workers, "think_ms": args.think_ms,
         "cost": fit, "raw": {str(size): sorted_raw(lengths, cost, args.workers, size) for size in (8, 32)},
         "points": points, "load_avg": load_average(load_at_start),
     }  # fmt: skip

@@ -36,7 +36,7 @@ from typing import Any
 from benchmarks import overhead, raw_ort
 from benchmarks.datasets import REPO_ROOT
 from benchmarks.loads import ROUTES, bertserve_loads, bertserve_path, load_inputs
-from benchmarks.report import load_average, write_report
+from benchmarks.report import load_average, shown_path, write_report
 from service.api.bodies import JSON_MEDIA_TYPE, encode_json, validated_json_body
 from service.api.entry import Decoded, InferenceRoute, Reply
 from service.api.protocols import INFERENCE_ROUTES
@@ -209,9 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                     core[name].append(asyncio.run(measure_core(bundle, load, args.concurrency, args.duration, variant)))
     from benchmarks.ab import revision
 
-    shown = bundle.relative_to(REPO_ROOT) if bundle.is_relative_to(REPO_ROOT) else Path(bundle.name)
     report = {
-        "tree": revision(REPO_ROOT), "model": load, "bundle": str(shown),
+        "tree": revision(REPO_ROOT), "model": load, "bundle": shown_path(bundle),
         "route": bertserve_path(load), "rounds": args.rounds, "duration_s": args.duration,
         "raw": raw, "core": core, "served": served, "load_avg": load_average(load_at_start),
     }  # fmt: skip

@@ -85,9 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     for size in (384, 1024):
         for vectors in (1, 16):
             written = [encode_json(payload) for payload in answers(200, vectors, size)]
-            again, as_is = entry_again, entry_as_is
-            same = all(again(content) == as_is(content) for content in written)
-            before, after = microseconds(again, written), microseconds(as_is, written)
+            same = all(entry_again(content) == entry_as_is(content) for content in written)
+            before, after = microseconds(entry_again, written), microseconds(entry_as_is, written)
             rows.append(f"| {size} | {vectors} | {before:.0f} | {after:.0f} | {'yes' if same else 'NO'} |")
     load_end = [round(x, 2) for x in os.getloadavg()]
     load = f"Load average at start {[round(x, 2) for x in load_start]}, at end {load_end}."
