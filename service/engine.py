@@ -178,7 +178,7 @@ class Engine:
             handler = HANDLERS[bundle.spec.task]
         context = load_context(bundle, settings)
         outputs = tuple(bundle.spec.outputs)
-        spin = settings.intra_op_spinning
+        spin = bool(settings.intra_op_spinning)
         # on a GPU the CPU threads only run the few operators CUDA lacks: one, unless set
         own_threads = device.is_cuda and "intra_op_threads" not in settings.model_fields_set
         first_threads = 1 if own_threads else settings.intra_op_threads
@@ -209,13 +209,13 @@ class Engine:
         threads = batching.intra_op_threads if batching is not None else first_threads
         batching = batching or BatchingChoice.configured(settings)
         if batching.split_threads and device.is_cuda:  # a GPU's CPU threads only run what CUDA lacks
-            batching = dataclasses.replace(batching, split_threads=False)
-        fresh: Callable[[], ModelRunner] = functools.partial(make_runner, threads)
+            batching = dataclasses.replace(batching, split_threads=False, spin_runs=bool(settings.intra_op_spinning))
+        fresh: Callable[[], ModelRunner] = functools.partial(make_runner, threads, batching.spin_runs)
         if batching.split_threads:  # a lone batch on every thread, concurrent ones on one thread each
 
             def fresh() -> ModelRunner:
                 # a lone batch's threads spin while it runs: nothing else runs beside it (``SplitRunner``)
-                return SplitRunner(make_runner(threads, spin=True), make_runner(1))
+                return SplitRunner(make_runner(threads, spin=batching.spin_runs), make_runner(1, spin=False))
 
         runner = reusable if reusable is not None and not batching.split_threads else fresh()
         return cls(

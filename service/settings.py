@@ -79,10 +79,13 @@ class Settings(BaseSettings):
         "are held twice). Default: start-up tuning turns it on where a 128-token row takes under 50 ms; off "
         "without tuning.",
     )
-    intra_op_spinning: bool = Field(
-        default=False,
-        description="Let idle ONNX Runtime threads busy-wait between operators (faster calls; the spinning takes "
-        "CPU from the event loop on a small machine).",
+    intra_op_spinning: bool | None = Field(
+        default=None,
+        description="Let a run's ONNX Runtime threads busy-wait between its operators, and stop when the run ends "
+        "(faster calls; the spinning takes CPU from the event loop when runs are short and come side by side). "
+        "Default: on for the session a batch runs on alone: a small model's lone batches (split threads), and a "
+        "larger model whose batches run one at a time on every thread (start-up tuning decides); off without tuning "
+        "unless the threads are split.",
     )
     max_batch_tokens: int = Field(default=8192, ge=1, description="Padded tokens per batch (batch size x longest row).")
     max_batch_size: int = Field(default=32, ge=1, description="Rows per batch at most.")

@@ -1,5 +1,6 @@
 """A small model's split threads (service.sessions.SplitRunner): a batch alone on every thread, batches side by side
-on one thread each, the two kinds never at once; answers as on one session; chosen by tuning for small models only."""
+on one thread each, the two kinds never at once; answers as on one session; chosen by tuning for small models only.
+And where a run's threads spin between its operators: on the session batches run on alone (tuning decides)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from service.engine import Engine
 from service.sessions import OrtRunner, SplitRunner
 from service.settings import Settings
 from service.tasks import ClassificationParams
-from service.tuning import Tuner
+from service.tuning import BatchingChoice, Tuner
 from tests.service.fakes import seq
 from tests.service.tiny_models import TinyModel
 
@@ -164,6 +165,56 @@ def test_tuning_splits_the_threads_of_a_small_model_only(row_s: float, setting: 
     assert choice.intra_op_threads == 2 and choice.split_threads is split
     if split:  # both workers run batches at once, one thread each
         assert choice.parallel_runs == 2
+
+
+@pytest.mark.parametrize(
+    ("row_s", "threads", "runs", "setting", "spin"),
+    [
+        (0.11, [1, 2], [1], None, True),  # a larger model, one run at a time on every thread: its threads spin
+        (0.11, [1, 2], [1, 2], None, False),  # two runs at once share the session's threads: no spinning
+        (0.004, [1, 2], [1, 2], None, True),  # a small model: split, its lone batches spin
+        (0.11, [1], [1], None, False),  # one thread: nothing to spin
+        (0.11, [1, 2], [1], False, False),  # as given
+        (0.11, [1, 2], [1, 2], True, True),
+    ],
+)
+def test_tuning_spins_the_threads_of_a_session_whose_batches_run_alone(
+    row_s: float, threads: list[int], runs: list[int], setting: bool | None, spin: bool
+) -> None:
+    tuner = Tuner(lambda count: ThreadScaledRunner(count, row_s), 101, 102, 1000, 128, budget_s=0.3, spin=setting)
+    candidates = {"intra_op_threads": threads, "max_batch_tokens": [128, 256], "max_batch_size": [1, 2],
+                  "parallel_runs": runs}  # fmt: skip
+    choice, _ = tuner.tune(candidates, ThreadScaledRunner(max(threads), row_s), threads=max(threads))
+    assert choice.spin_runs is spin and choice.to_json()["intra_op_spinning"] is spin
+    if setting is None and not choice.split_threads:
+        assert spin == (choice.intra_op_threads > 1 and choice.parallel_runs == 1)
+
+
+def test_the_served_session_spins_as_chosen_and_only_while_a_run_is_active(
+    text_classification_model: TinyModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def spinning(settings: Settings) -> tuple[str | None, str | None]:
+        engine = Engine.from_bundle(text_classification_model.bundle, settings)
+        assert isinstance(engine.pool.runner, OrtRunner)
+        options = engine.pool.runner.session.get_session_options()
+        assert engine.info.batching["intra_op_spinning"] == (settings.intra_op_spinning is True or tuned)
+        allowed = config_entry(options, "session.intra_op.allow_spinning")
+        return allowed, config_entry(options, "session.force_spinning_stop")
+
+    untuned = {"intra_op_threads": 2, "model_workers": 2, "tune": False}
+    tuned = False
+    assert spinning(Settings(**untuned))[0] == "0"  # type: ignore[arg-type]
+    allowed, stops = spinning(Settings(**untuned, intra_op_spinning=True))  # type: ignore[arg-type]
+    assert allowed in (None, "1") and stops == "1"  # unset: onnxruntime spins
+
+    def larger_model(name: str, path: Path, outputs: tuple, context: object, runner: object, settings: Settings,
+                     *rest: object) -> tuple[object, BatchingChoice]:  # fmt: skip
+        return runner, BatchingChoice(256, 2, 2, 1, True, spin_runs=True)
+
+    monkeypatch.setattr("service.engine.tune_runner", larger_model)
+    tuned = True
+    allowed, stops = spinning(Settings(intra_op_threads=2, model_workers=2, tune=True))
+    assert allowed in (None, "1") and stops == "1"
 
 
 def test_no_split_without_tuning_unless_asked(text_classification_model: TinyModel, tmp_path: Path) -> None:
