@@ -328,8 +328,9 @@ class Tuner:
         split = split and threads > 1 and max(run_options) > 1
         if split:
             parallel_runs = max(run_options)
-        # a run's threads that spin between its operators instead of sleeping finish it sooner (BERT-base 1.07x at
-        # c=1, 1.06x at c=32), as long as nothing runs beside it: a split model's lone batches, or one run at a time
+        # a run's threads that spin between its operators instead of sleeping finish it sooner (a lone BERT-base request
+        # 1.10x, benchmarks/results/ab/issue46-spin-lone-runs-base-fp32.md), as long as nothing runs beside it: a split
+        # model's lone batches, or one run at a time
         spin = self.spin if self.spin is not None else split or (threads > 1 and parallel_runs == 1)
         overhead = None
         if self.learn_overhead:  # one long row's call, at the best rate measured: what a call costs beyond its tokens

@@ -77,6 +77,11 @@ class Batching(SentInFull):
         description="A batch that runs alone gets every intra-op thread, batches side by side one thread each (a "
         "second session of a small model).",
     )
+    intra_op_spinning: bool = Field(
+        False,
+        description="The threads of a batch that runs on every intra-op thread spin between its operators until the "
+        "run ends (no other run beside it: a small model's lone batches, a larger model's one-at-a-time batches).",
+    )
 
 
 class QuantizationEval(SentInFull):

@@ -193,28 +193,27 @@ def test_tuning_spins_the_threads_of_a_session_whose_batches_run_alone(
 def test_the_served_session_spins_as_chosen_and_only_while_a_run_is_active(
     text_classification_model: TinyModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def spinning(settings: Settings) -> tuple[str | None, str | None]:
+    def spinning(settings: Settings) -> tuple[bool, str | None, str | None]:
+        """What /v1/models says, and the served session's spinning entries."""
         engine = Engine.from_bundle(text_classification_model.bundle, settings)
         assert isinstance(engine.pool.runner, OrtRunner)
         options = engine.pool.runner.session.get_session_options()
-        assert engine.info.batching["intra_op_spinning"] == (settings.intra_op_spinning is True or tuned)
         allowed = config_entry(options, "session.intra_op.allow_spinning")
-        return allowed, config_entry(options, "session.force_spinning_stop")
+        return engine.info.batching["intra_op_spinning"], allowed, config_entry(options, "session.force_spinning_stop")
 
     untuned = {"intra_op_threads": 2, "model_workers": 2, "tune": False}
-    tuned = False
-    assert spinning(Settings(**untuned))[0] == "0"  # type: ignore[arg-type]
-    allowed, stops = spinning(Settings(**untuned, intra_op_spinning=True))  # type: ignore[arg-type]
-    assert allowed in (None, "1") and stops == "1"  # unset: onnxruntime spins
+    said, allowed, _ = spinning(Settings(**untuned))  # type: ignore[arg-type]
+    assert said is False and allowed == "0"
+    said, allowed, stops = spinning(Settings(**untuned, intra_op_spinning=True))  # type: ignore[arg-type]
+    assert said is True and allowed in (None, "1") and stops == "1"  # unset: onnxruntime spins
 
     def larger_model(name: str, path: Path, outputs: tuple, context: object, runner: object, settings: Settings,
                      *rest: object) -> tuple[object, BatchingChoice]:  # fmt: skip
         return runner, BatchingChoice(256, 2, 2, 1, True, spin_runs=True)
 
     monkeypatch.setattr("service.engine.tune_runner", larger_model)
-    tuned = True
-    allowed, stops = spinning(Settings(intra_op_threads=2, model_workers=2, tune=True))
-    assert allowed in (None, "1") and stops == "1"
+    said, allowed, stops = spinning(Settings(intra_op_threads=2, model_workers=2, tune=True))
+    assert said is True and allowed in (None, "1") and stops == "1"
 
 
 def test_no_split_without_tuning_unless_asked(text_classification_model: TinyModel, tmp_path: Path) -> None:
