@@ -35,14 +35,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from benchmarks import overhead, servers
 from benchmarks.datasets import SCRATCH_DIR
-from benchmarks.loads import bertserve_loads, bertserve_path, load_inputs
+from benchmarks.loads import ROUTES, bertserve_loads, bertserve_path, load_inputs
 from benchmarks.raw_ort import open_session
 from benchmarks.report import load_average, page, shown_path, table, tree_commit, write_report
 from contract.bundle import read_bundle
+from contract.onnx_io import pad_token_rows
 from service.api.bodies import JSON_MEDIA_TYPE, validated_json_body
 from service.api.protocols import INFERENCE_ROUTES
 from service.engine import load_context
@@ -214,7 +213,8 @@ def stage_table(found: list[dict[str, float]]) -> list[dict[str, Any]]:
 def measure(args: argparse.Namespace, name: str, bundle: Path, task: str) -> dict[str, Any]:
     path = bertserve_path(task)
     inputs = load_inputs(task)
-    bodies = [request_bytes(path, json.dumps(body).encode()) for body in bertserve_loads(task, name)[0].bodies]
+    load_bodies = bertserve_loads(task, name)[0].bodies
+    bodies = [request_bytes(path, json.dumps(body).encode()) for body in load_bodies]
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     rounds = []
     for number in range(args.rounds):
@@ -235,9 +235,9 @@ def measure(args: argparse.Namespace, name: str, bundle: Path, task: str) -> dic
                 process.wait(60)
         stamps = [(str(stage), int(at)) for stage, at in json.loads(stamps_path.read_text())]
         found = timelines(spans, stamps)
-        back_to_back = overhead.batch_one_ms(bundle, task_of(task), inputs, args.seconds)
-        paced = overhead.batch_one_ms(bundle, task_of(task), inputs, args.seconds, overhead.PACE_S)
-        prepare = prepare_us(bundle, path, bertserve_loads(task, name)[0].bodies)
+        back_to_back = overhead.batch_one_ms(bundle, ROUTES[task], inputs, args.seconds)
+        paced = overhead.batch_one_ms(bundle, ROUTES[task], inputs, args.seconds, overhead.PACE_S)
+        prepare = prepare_us(bundle, path, load_bodies)
         rounds.append(
             {"requests": len(found), "stages": stage_table(found), "raw_ms": back_to_back, "paced_ms": paced,
              "prepare_us": prepare}
@@ -256,9 +256,8 @@ def prepare_us(bundle: Path, path: str, bodies: list[dict[str, Any]], calls: int
     context = load_context(read_bundle(bundle))
     tasks = [request.to_task() for request in requests]
     session = open_session(bundle / "model.onnx")
-    ids = handler.prepare(context, *tasks[0])[0].sequences[0].input_ids[None, :]
-    given = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-    feeds = {node.name: given[node.name] for node in session.get_inputs()}
+    padded = pad_token_rows(handler.prepare(context, *tasks[0])[0].sequences, context.pad_token_id)
+    feeds = {node.name: padded.feeds[node.name] for node in session.get_inputs()}
     found: dict[str, float] = {}
     for label, between in (("back_to_back", None), ("after_a_run", feeds)):
         times = []
@@ -270,10 +269,6 @@ def prepare_us(bundle: Path, path: str, bodies: list[dict[str, Any]], calls: int
             times.append((time.perf_counter_ns() - started) / 1000)
         found[label] = statistics.median(times)
     return found
-
-
-def task_of(load: str) -> str:
-    return "feature-extraction" if load == "embeddings" else "text-classification"
 
 
 def markdown(report: dict[str, Any]) -> str:
