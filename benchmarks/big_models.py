@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import gc
 import itertools
 import json
@@ -196,20 +197,39 @@ def measure_size(size: str, args: argparse.Namespace, results: dict[str, Any]) -
         bundle = args.work_dir / f"{size}-{quantization}"
         exported = export_bundle(checkpoint, bundle, quantization, args.reuse_bundles)
         inputs = length_inputs(bundle, args.lengths)
-        raw = {str(length): measure_raw(bundle, texts, args.raw_batch_sizes, args.duration)
-               for length, texts in inputs.items()}  # fmt: skip
-        gc.collect()  # the raw sessions' memory goes before the server starts
-        served = measure_served(bundle, inputs, args)
+        rounds = []
+        for _ in range(args.rounds):  # raw, served, raw, served, ...: drift reaches both sides alike
+            raw = {str(length): measure_raw(bundle, texts, args.raw_batch_sizes, args.duration)
+                   for length, texts in inputs.items()}  # fmt: skip
+            gc.collect()  # the raw sessions' memory goes before the server starts
+            rounds.append({"raw": raw, "served": measure_served(bundle, inputs, args)})
+        raw, served = median_leaves([r["raw"] for r in rounds]), median_leaves([r["served"] for r in rounds])
         tokenizer = bundle_tokenizer(bundle)
         results["bundles"].append({
             "size": size, "dims": dims, "quantization": quantization, "bundle": str(bundle),
             "checkpoint_build_s": build_s, "export": exported, "onnx_bytes": onnx_bytes(bundle),
             "tokens": {str(length): sorted({len(tokenizer.encode(text).ids) for text in texts})
                        for length, texts in inputs.items()},
-            "raw": raw, "served": served,
+            "raw": raw, "served": served, **({"rounds": rounds} if args.rounds > 1 else {}),
         })  # fmt: skip
         log.info("%s %s: raw %s, served %s", size, quantization, raw, served)
         write(results, args.out)
+
+
+def median_leaves(values: list[Any]) -> Any:
+    """The rounds' figures as one: the median of each number, a dict's keys the same way (answers by status: their
+    sum), anything else the first round's (the tuned batching's names)."""
+    first = values[0]
+    if isinstance(first, dict) and all(isinstance(value, dict) for value in values):
+        return {
+            key: dict(sum((collections.Counter(value[key]) for value in values), collections.Counter()))
+            if key.endswith("_statuses") else median_leaves([value[key] for value in values if key in value])
+            for key in first
+        }  # fmt: skip
+    numbers = [value for value in values if isinstance(value, (int, float)) and not isinstance(value, bool)]
+    if len(numbers) == len(values) and not isinstance(first, bool):
+        return statistics.median(numbers)
+    return first
 
 
 def write(results: dict[str, Any], out: Path) -> None:
@@ -225,7 +245,9 @@ def write(results: dict[str, Any], out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.big_models", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--sizes", type=csv_of(str), default=["base", "large"],
+        "--sizes",
+        type=csv_of(str),
+        default=["base", "large"],
         help=f"of {sorted(SIZES)}, or a family: {sorted(BASE_SIZES)}",
     )
     parser.add_argument("--quantizations", type=csv_of(str), default=["fp32", "int8"])
@@ -236,6 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         "--concurrency", type=csv_of(int), default=[8, 32], help="clients of the served throughput points"
     )
     parser.add_argument("--raw-batch-sizes", type=csv_of(int), default=[8, 32], help="raw ORT batch sizes tried")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="raw then served, this many times; the report gives medians and each round's served / raw",
+    )
     parser.add_argument("--timeout", type=float, default=120.0, help="client-side timeout per request (s)")
     parser.add_argument("--server-args", default="", help="extra flags for python -m service")
     parser.add_argument("--reuse-bundles", action="store_true", help="keep bundles (and export figures) from before")

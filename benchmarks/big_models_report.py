@@ -61,6 +61,37 @@ def speed_rows(bundles: list[dict[str, Any]], concurrency: int | list[int]) -> l
     return lines
 
 
+def _rounds(settings: dict[str, Any]) -> str:
+    rounds = settings.get("rounds", 1)
+    return f"; {rounds} rounds (raw, then a fresh server), the tables give each figure's median" if rounds > 1 else ""
+
+
+def round_rows(bundles: list[dict[str, Any]], concurrency: int | list[int]) -> list[str]:
+    """Each round's served / raw (raw measured just before its server ran), where there were rounds."""
+    concurrency = concurrency if isinstance(concurrency, list) else [concurrency]
+    lines: list[str] = []
+    for entry in bundles:
+        for length in entry["raw"]:
+            ratios = {c: [served_over_raw(r, length, c) for r in entry.get("rounds", [])] for c in concurrency}
+            if not any(ratios.values()):
+                continue
+            cells = "; ".join(f"c={c} " + ", ".join(f"{x:.3f}" for x in values) + f" (median {_median(values):.3f})"
+                              for c, values in ratios.items())  # fmt: skip
+            lines.append(f"- {entry['size']} {entry['quantization']}, {length} tokens, served / raw by round: {cells}")
+    return [*lines, ""] if lines else []
+
+
+def served_over_raw(round_: dict[str, Any], length: str, clients: int) -> float:
+    served = round_["served"]["lengths"][length].get(f"c{clients}_sequences_per_s") or 0.0
+    return float(served / round_["raw"][length]["sequences_per_s"])
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def markdown(results: dict[str, Any]) -> str:
     settings = results["settings"]
     bundles = results["bundles"]
@@ -77,14 +108,15 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             f"Each point {settings['duration']:g} s. Raw: one in-process onnxruntime session (min(2, cores) intra-op "
             f"threads, tokenization included), the best of batch sizes {settings['raw_batch_sizes']}, and the median "
-            f"of batch-1 runs. Served: c={settings['concurrency']} throughput (200 answers/s between completions after "
-            f"{settings['warmup']:g} s of warm-up), c=1 p50; one input per request. Start-up: from the process start "
-            "to /health/ready answering (polled every 0.5 s). Export: `python -m model_export`, wall time and peak RSS "
-            "(ru_maxrss of that process).",
+            f"of batch-1 runs{_rounds(settings)}. Served: c={settings['concurrency']} throughput (200 answers/s "
+            f"between completions after {settings['warmup']:g} s of warm-up), c=1 p50; one input per request. "
+            "Start-up: from the process start to /health/ready answering (polled every 0.5 s). Export: `python -m "
+            "model_export`, wall time and peak RSS (ru_maxrss of that process).",
             "",
             *bundle_rows(bundles),
             "",
             *speed_rows(bundles, settings["concurrency"]),
             "",
+            *round_rows(bundles, settings["concurrency"]),
         ]
     )

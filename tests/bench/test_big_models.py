@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.big_models import latencies_after, onnx_bytes
+from benchmarks.big_models import latencies_after, median_leaves, onnx_bytes
 from benchmarks.big_models_report import markdown
 from benchmarks.gpu_torch import timed as timed_passes
 from benchmarks.overload_client import Tally
@@ -47,6 +47,21 @@ def test_latencies_after_the_warmup_and_timed_passes() -> None:
     calls: list[int] = []
     times = timed_passes(lambda: calls.append(1), 0.0, minimum=3)
     assert len(times) == len(calls) == 3
+
+
+def test_rounds_give_medians_summed_answers_and_each_rounds_ratio() -> None:
+    rounds = [result(raw_speed=raw, served_speed=served)["bundles"][0] for raw, served in ((10, 9), (12, 12), (11, 10))]  # type: ignore[index]
+    merged = median_leaves([{"raw": r["raw"], "served": r["served"]} for r in rounds])
+    assert merged["raw"]["128"]["sequences_per_s"] == 11
+    assert merged["served"]["lengths"]["128"]["c32_sequences_per_s"] == 10
+    assert merged["served"]["lengths"]["128"]["c32_statuses"] == {"200": 120}
+    report = result(raw_speed=11, served_speed=10)
+    report["settings"]["rounds"] = 3  # type: ignore[index]
+    report["bundles"][0]["rounds"] = rounds  # type: ignore[index]
+    text = markdown(report)
+    assert "3 rounds" in text
+    assert "served / raw by round: c=32 0.900, 1.000, 0.909 (median 0.909)" in text
+    assert "by round" not in markdown(result(raw_speed=11, served_speed=10))
 
 
 def result(raw_speed: float, served_speed: float | None) -> dict[str, object]:
