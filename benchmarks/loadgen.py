@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import resource
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
@@ -29,6 +30,7 @@ class LoadResult:
     p99_ms: float
     mean_ms: float
     max_ms: float
+    client_cpu_s: float = 0.0  # wrk's own CPU time (user + system): it shares the machine's cores with the server
 
     @property
     def sequences_per_s(self) -> float:
@@ -102,9 +104,13 @@ def run_wrk(
     ]
     env = dict(os.environ, BENCH_BODIES=str(bodies_file))
     log.debug("running %s", " ".join(command))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)  # children reaped meanwhile: wrk alone
     completed = subprocess.run(
         command, env=env, capture_output=True, text=True, timeout=duration_s + timeout_s + 30, check=False
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if completed.returncode != 0:
         raise RuntimeError(f"wrk failed ({completed.returncode}): {completed.stderr[-2000:]}")
-    return parse_wrk_output(completed.stdout, concurrency, sequences_per_request)
+    result = parse_wrk_output(completed.stdout, concurrency, sequences_per_request)
+    result.client_cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return result

@@ -151,7 +151,8 @@ def measure_server(args: argparse.Namespace, name: str, bundle: Path, load: str)
             point = {"concurrency": concurrency, "sequences_per_s": round(result.sequences_per_s, 2),
                      "p50_ms": round(result.p50_ms, 2), "errors": result.errors,
                      "cpu_ms_per_request": round(1000 * cpu / requests, 3),
-                     "cores_busy": round(cpu / wall, 2)}  # fmt: skip
+                     "cores_busy": round(cpu / wall, 2),
+                     "client_cpu_ms_per_request": round(1000 * result.client_cpu_s / requests, 3)}  # fmt: skip
             if spy is not None and spy_out.exists():
                 point["stages"] = {stage: round(share, 4) for stage, share in stages(spy_out.read_text()).items()}
             points.append(point)
@@ -162,8 +163,8 @@ def measure_server(args: argparse.Namespace, name: str, bundle: Path, load: str)
 
 TABLE_HEAD = (
     "| model | route | c | served seq/s | raw seq/s | served/raw | server CPU ms/req | raw CPU ms/seq "
-    "| overhead ms/req | p50 ms | p50 - raw batch-1 ms |\n"
-    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    "| overhead ms/req | wrk CPU ms/req | p50 ms | p50 - raw batch-1 ms |\n"
+    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 )
 
 
@@ -173,13 +174,15 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['load_avg']['start']}, at end {report['load_avg']['end']}. Overhead = server CPU per request "
         "- raw loop CPU per sequence (one sentence per request); at c=1, p50 against the raw loop's median for one "
         "input alone (tokenize, pad, run), back to back and (paced) each after 1 ms idle, as a lone request's run "
-        "comes."
+        "comes. The load generator (wrk) runs on the same cores: its CPU per request is time the raw loop never "
+        "shares."
     )
     lines = ["# Overhead per request (benchmarks.overhead)", "", intro, "", TABLE_HEAD]
     for model in report["models"]:
         raw = model["raw"]
         for point in model["served"]:
             overhead = point["cpu_ms_per_request"] - raw["cpu_ms_per_sequence"]
+            client = f"{point['client_cpu_ms_per_request']:.2f}" if "client_cpu_ms_per_request" in point else "-"
             alone, paced_alone = raw.get("batch1_median_ms"), raw.get("batch1_paced_median_ms")
             lone = f"{point['p50_ms'] - alone:+.2f} (raw {alone:.2f})" if point["concurrency"] == 1 and alone else ""
             if lone and paced_alone:
@@ -188,7 +191,7 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {model['name']} | `{model['route']}` | {point['concurrency']} | {point['sequences_per_s']:.1f} "
                 f"| {raw['sequences_per_s']:.1f} | {point['sequences_per_s'] / raw['sequences_per_s']:.2f} "
                 f"| {point['cpu_ms_per_request']:.2f} | {raw['cpu_ms_per_sequence']:.2f} | {overhead:.2f} "
-                f"| {point['p50_ms']:.1f} | {lone} |"
+                f"| {client} | {point['p50_ms']:.1f} | {lone} |"
             )
     profiled = [(m, p) for m in report["models"] for p in m["served"] if p.get("stages")]
     if profiled:
