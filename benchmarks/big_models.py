@@ -217,8 +217,8 @@ def measure_size(size: str, args: argparse.Namespace, results: dict[str, Any]) -
 
 
 def median_leaves(values: list[Any]) -> Any:
-    """The rounds' figures as one: the median of each number, a dict's keys the same way (answers by status: their
-    sum), anything else the first round's (the tuned batching's names)."""
+    """The rounds' figures as one: the median of each number (of whole numbers, a batch size or a count, one that was
+    measured), a dict's keys the same way (answers by status: their sum), anything else the first round's."""
     first = values[0]
     if isinstance(first, dict) and all(isinstance(value, dict) for value in values):
         return {
@@ -228,7 +228,8 @@ def median_leaves(values: list[Any]) -> Any:
         }  # fmt: skip
     numbers = [value for value in values if isinstance(value, (int, float)) and not isinstance(value, bool)]
     if len(numbers) == len(values) and not isinstance(first, bool):
-        return statistics.median(numbers)
+        whole = all(isinstance(number, int) for number in numbers)
+        return statistics.median_low(numbers) if whole else statistics.median(numbers)
     return first
 
 

@@ -14,10 +14,14 @@ log = logging.getLogger(__name__)
 TOP_FRAMES = 20
 
 
+def py_spy_path() -> str | None:
+    """py-spy on PATH, else the venv's own when the venv is not activated (``.venv/bin/python -m benchmarks.run``)."""
+    return shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+
+
 def start_py_spy(pid: int, duration_s: float, out: Path) -> subprocess.Popen[bytes] | None:
     """Record raw (collapsed) stacks of every thread of ``pid``, idle threads left out."""
-    # the venv's own py-spy when the venv is not activated (``.venv/bin/python -m benchmarks.run``)
-    py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    py_spy = py_spy_path()
     if py_spy is None:
         log.warning("py-spy is not installed (pip install py-spy): no profile")
         return None

@@ -19,14 +19,13 @@ import collections
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import loadgen, servers
+from benchmarks import loadgen, profile, servers
 from benchmarks.datasets import REPO_ROOT, SCRATCH_DIR
 from benchmarks.loads import bertserve_loads, bertserve_path
 from benchmarks.report import load_average, shown_path, write_report
@@ -34,22 +33,28 @@ from benchmarks.report import load_average, shown_path, write_report
 log = logging.getLogger("benchmarks.studies.thread_time")
 LOG_DIR = SCRATCH_DIR / "thread-time-logs"
 
-# (category, pattern on one py-spy frame): the first that matches a sample's frames, innermost first, takes it.
-CATEGORIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (category, re.compile(pattern))
-    for category, pattern in (
-        ("waiting for events (epoll)", r"^epoll_p?wait"),
-        ("socket write", r"^(write|writev|send|sendmsg|sendto) "),
-        ("socket read", r"^(read|recv|recvfrom|recvmsg|readv) "),
-        ("garbage collector", r"^(gc_collect_main|gc_collect_with_callback|collect_generations|gc_collect) "),
-        ("getpid (asyncio's running-loop check)", r"^getpid "),
-        ("waiting for the GIL", r"^(take_gil|PyEval_RestoreThread|PyEval_AcquireThread|drop_gil) "),
-        ("ORT run", r"onnxruntime_inference_collection\.py"),
-        ("waiting for a batch", r"Lanes\.next_batch|Condition\.wait|Worker\._serve"),
-        ("tokenizer (native)", r"tokenizers"),
-        ("Python, and native code it calls", r"\.py:"),
-    )
-)
+
+def _compiled(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    return tuple((category, re.compile(pattern)) for category, pattern in pairs)
+
+
+# (category, pattern on one native frame, a C function): the innermost native frame that matches takes the sample.
+NATIVE_CATEGORIES = _compiled((
+    ("waiting for events (epoll)", r"^epoll_p?wait"),
+    ("socket write", r"^(write|writev|send|sendmsg|sendto) "),
+    ("socket read", r"^(read|recv|recvfrom|recvmsg|readv) "),
+    ("garbage collector", r"^(gc_collect_main|gc_collect_with_callback|collect_generations|gc_collect) "),
+    ("getpid (asyncio's running-loop check)", r"^getpid "),
+    ("waiting for the GIL", r"^(take_gil|PyEval_RestoreThread|PyEval_AcquireThread|drop_gil) "),
+))  # fmt: skip
+WAITING_FOR_WORK = re.compile(r"Lanes\.next_batch|Condition\.wait|Worker\._serve")
+# else (category, pattern on any frame): the first that matches a frame, innermost first, takes it.
+FRAME_CATEGORIES = _compiled((
+    ("ORT run", r"onnxruntime_inference_collection\.py"),
+    ("waiting for a batch", WAITING_FOR_WORK.pattern),
+    ("tokenizer (native)", r"tokenizers"),
+    ("Python, and native code it calls", r"\.py:"),
+))  # fmt: skip
 # A thread blocked in a condition variable under Python frames (no ``take_gil`` frame resolved) waits for the GIL
 # when its innermost Python frame is not one that waits for work.
 CONDITION_WAIT = re.compile(r"^pthread_cond_(timed)?wait")
@@ -61,14 +66,14 @@ def category_of(frames: list[str]) -> str:
     for frame in innermost:
         if ".py:" in frame:  # a Python frame: the native categories name C functions only
             continue
-        for category, pattern in CATEGORIES[:6]:
+        for category, pattern in NATIVE_CATEGORIES:
             if pattern.search(frame):
                 return category
         if CONDITION_WAIT.search(frame):
             python = next((f for f in innermost if ".py:" in f), "")
-            return "waiting for a batch" if CATEGORIES[7][1].search(python) else "waiting for the GIL"
+            return "waiting for a batch" if WAITING_FOR_WORK.search(python) else "waiting for the GIL"
     for frame in innermost:
-        for category, pattern in CATEGORIES[6:]:
+        for category, pattern in FRAME_CATEGORIES:
             if pattern.search(frame):
                 return category
     return "native, unresolved"
@@ -95,7 +100,7 @@ def thread_shares(collapsed: str) -> dict[str, dict[str, float]]:
 
 
 def py_spy() -> str:
-    found = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    found = profile.py_spy_path()
     if found is None:
         raise SystemExit("py-spy is not installed: pip install py-spy")
     return found
