@@ -22,11 +22,12 @@ from typing import Any, TypeVar
 import numpy as np
 from tokenizers import Encoding
 
-from contract.bundle import Bundle, BundleError, read_bundle
+from contract.bundle import Bundle
 from contract.tasks import task_spec
-from service.batch_rows import MAX_TOKEN_OUTPUT_BYTES, RowOutputs, batch_policy
+from service.batch_rows import RowOutputs, batch_policy
 from service.batcher import Batcher
-from service.device import CPU, Device, DeviceUnavailable, resolve_device
+from service.device import CPU, Device
+from service.engine_load import load_model
 from service.errors import BadRequest, NotReady, Overloaded, PayloadTooLarge, RequestTimeout
 from service.prepare_stage import (
     MAX_TOKENS_PER_CHAR,
@@ -41,13 +42,13 @@ from service.prepare_stage import (
     seed_rate,
 )
 from service.runtime import BatchObserver, Lane, Worker
-from service.sessions import ModelRunner, OrtRunner, SplitRunner, token_output_width
+from service.sessions import ModelRunner, token_output_width
 from service.settings import Settings
 from service.supervision import WorkerPool
-from service.tasks import BY_TASK, HANDLERS, unit_of
+from service.tasks import BY_TASK
 from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler, TaskUnit
 from service.tracing import ACCESS_RECORD
-from service.tuning import BatchingChoice, tune_runner
+from service.tuning import BatchingChoice
 
 logger = logging.getLogger(__name__)
 
@@ -69,28 +70,6 @@ class ModelInfo:
     device: str = "cpu"
     batching: dict[str, Any] = dataclasses.field(default_factory=dict)
     quantization_eval: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-def default_prompt(bundle: Bundle, settings: Settings) -> str:
-    """The text an embedding model prepends when a request names no prompt: --default-prompt, else the prompt
-    --default-prompt-name names, else the bundle's own default_prompt_name's; "" for none (and for other tasks)."""
-    spec = bundle.spec
-    if not unit_of(spec.task).prompts:
-        return ""
-    if settings.default_prompt is not None:
-        return settings.default_prompt
-    name = settings.default_prompt_name or spec.default_prompt_name
-    if name is None:
-        return ""
-    if name not in spec.prompts:
-        known = ", ".join(sorted(spec.prompts)) or "none"
-        raise BundleError(bundle.path, f"default prompt name {name!r} is not one of the model's prompts ({known})")
-    return spec.prompts[name]
-
-
-def load_context(bundle: Bundle, settings: Settings | None = None) -> ModelContext:
-    """The handler's view of a bundle, with the default prompt the settings choose."""
-    return ModelContext.from_bundle(bundle, default_prompt(bundle, settings or Settings()))
 
 
 class Engine:
@@ -167,60 +146,14 @@ class Engine:
         observer: BatchObserver | None = None,
         device: Device | None = None,
     ) -> Engine:
-        """Read and check the bundle, load tokenizer and ORT session. Raises BundleError naming the folder, and
-        DeviceUnavailable when the session cannot run on ``device`` (None: ``settings.device``, resolved here)."""
+        """Read and check the bundle, load tokenizer and ORT session (service/engine_load.py). Raises BundleError
+        naming the folder, and DeviceUnavailable when the session cannot run on ``device`` (None:
+        ``settings.device``, resolved here)."""
         settings = settings or Settings()
-        device = device or resolve_device(settings.device)
-        bundle = read_bundle(path)
-        if handler is None:
-            if bundle.spec.task not in HANDLERS:
-                raise BundleError(bundle.path, f"the service does not serve task {bundle.spec.task!r}")
-            handler = HANDLERS[bundle.spec.task]
-        context = load_context(bundle, settings)
-        outputs = tuple(bundle.spec.outputs)
-        spin = bool(settings.intra_op_spinning)
-        # on a GPU the CPU threads only run the few operators CUDA lacks: one, unless set
-        own_threads = device.is_cuda and "intra_op_threads" not in settings.model_fields_set
-        first_threads = 1 if own_threads else settings.intra_op_threads
-
-        def make_runner(threads: int = first_threads, spin: bool = spin) -> OrtRunner:
-            try:
-                return OrtRunner(bundle.model_path, outputs, threads, spin, device)
-            except DeviceUnavailable:
-                raise
-            except Exception as exc:
-                raise BundleError(bundle.path, f"model.onnx cannot be loaded: {exc}") from exc
-
-        built = time.perf_counter()
-        first = make_runner()
-        build_s = time.perf_counter() - built
-        name = name or bundle.path.name
-        batching = None
-        reusable: OrtRunner | None = first  # served as it is unless tuning or a split needs fresh sessions
-        if settings.tunes():
-            width = token_output_width(first, task_spec(bundle.spec.task).token_level)
-            cap = MAX_TOKEN_OUTPUT_BYTES // (4 * width) if width else None
-            tuned, batching = tune_runner(
-                name, bundle.model_path, outputs, context, first, settings, cap, build_s, device
-            )
-            # the tuner's sessions keep the arena their largest trial batch grew: serve on fresh ones
-            reusable = None
-            del tuned, first
-        threads = batching.intra_op_threads if batching is not None else first_threads
-        batching = batching or BatchingChoice.configured(settings)
-        if batching.split_threads and device.is_cuda:  # a GPU's CPU threads only run what CUDA lacks
-            batching = dataclasses.replace(batching, split_threads=False, spin_runs=bool(settings.intra_op_spinning))
-        fresh: Callable[[], ModelRunner] = functools.partial(make_runner, threads, batching.spin_runs)
-        if batching.split_threads:  # a lone batch on every thread, concurrent ones on one thread each
-
-            def fresh() -> ModelRunner:
-                # a lone batch's threads spin while it runs: nothing else runs beside it (``SplitRunner``)
-                return SplitRunner(make_runner(threads, spin=batching.spin_runs), make_runner(1, spin=False))
-
-        runner = reusable if reusable is not None and not batching.split_threads else fresh()
+        got = load_model(path, settings, name, handler, device)
         return cls(
-            name, bundle, handler, context, runner, settings, executor, observer, batching, settings.model_workers,
-            fresh, device,
+            got.name, got.bundle, got.handler, got.context, got.runner, settings, executor, observer, got.batching,
+            settings.model_workers, got.fresh, got.device,
         )  # fmt: skip
 
     @property

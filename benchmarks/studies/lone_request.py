@@ -44,7 +44,7 @@ from contract.bundle import read_bundle
 from contract.onnx_io import pad_token_rows
 from service.api.bodies import JSON_MEDIA_TYPE, validated_json_body
 from service.api.protocols import INFERENCE_ROUTES
-from service.engine import load_context
+from service.engine_load import load_context
 from service.tasks import BY_TASK
 
 log = logging.getLogger("benchmarks.studies.lone_request")

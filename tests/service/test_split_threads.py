@@ -211,7 +211,7 @@ def test_the_served_session_spins_as_chosen_and_only_while_a_run_is_active(
                      *rest: object) -> tuple[object, BatchingChoice]:  # fmt: skip
         return runner, BatchingChoice(256, 2, 2, 1, True, spin_runs=True)
 
-    monkeypatch.setattr("service.engine.tune_runner", larger_model)
+    monkeypatch.setattr("service.engine_load.tune_runner", larger_model)
     said, allowed, stops = spinning(Settings(intra_op_threads=2, model_workers=2, tune=True))
     assert said is True and allowed in (None, "1") and stops == "1"
 
