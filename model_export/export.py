@@ -72,7 +72,7 @@ from model_export.int8_checks import (
     served_precision,
 )
 from model_export.lora import add_slots, distinct_for_export, mark_overridable
-from model_export.memory import describe_peak, release_memory
+from model_export.memory import collecting_new_objects_only, describe_peak, release_memory
 from model_export.onnx_files import external_data_file, save_single_file
 from model_export.options import DEFAULTS
 from model_export.progress import Progress
@@ -178,6 +178,7 @@ def calibrate_int8(
     }
 
 
+@collecting_new_objects_only()
 def export_bundle(
     checkpoint_dir: str | Path,
     out_dir: str | Path,

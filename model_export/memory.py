@@ -11,7 +11,9 @@ import ctypes
 import ctypes.util
 import gc
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 
 MB = 1_000_000  # decimal, as file sizes are quoted
@@ -60,6 +62,33 @@ def release_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+_frozen_lock = threading.Lock()
+_frozen_depth = 0
+
+
+@contextmanager
+def collecting_new_objects_only() -> Iterator[None]:
+    """Within it, ``release_memory``'s collections scan only the objects made since it was entered.
+
+    Entering moves every object the process already has (imported modules, torch, onnx, a test run's fixtures:
+    millions of objects) to the collector's permanent generation (``gc.freeze``); leaving moves them back
+    (``gc.unfreeze``), so a cycle among them is collected later as before. What an export step frees was made
+    inside it, so each collection still finds it, in milliseconds instead of the 0.2-0.5 s a scan of the whole heap
+    took (four fifths of a tiny model's export). Nested uses freeze once and unfreeze at the outermost exit."""
+    global _frozen_depth
+    with _frozen_lock:
+        if _frozen_depth == 0:
+            gc.freeze()
+        _frozen_depth += 1
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _frozen_depth -= 1
+            if _frozen_depth == 0:
+                gc.unfreeze()
 
 
 def _megabytes(size: int) -> str:
