@@ -8,6 +8,7 @@ saved by ``onnx.save_model``. The files must be the same byte for byte.
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import warnings
@@ -24,7 +25,7 @@ from onnxruntime.transformers.optimizer import optimize_model
 from contract.bundle import read_bundle
 from contract.tasks import INPUT_NAMES, TASKS
 from model_export import export as export_module
-from model_export import onnx_files
+from model_export import memory, onnx_files
 from model_export.export import export_bundle
 from model_export.memory import MB, peak_rss_bytes
 from model_export.onnx_files import save_single_file
@@ -177,3 +178,34 @@ def test_the_export_logs_its_peak_rss_against_the_fp32_weights(
     assert ratio == pytest.approx(peak_mb * MB / weights, rel=0.01)
     assert sorted(path.name for path in bundle.path.iterdir()) == ["bundle.json", "model.onnx", "tokenizer.json"]
     assert read_bundle(bundle.path).spec.parity["fp32"]["max_abs_diff"]
+
+
+class Cycle:
+    """An object that only the garbage collector frees: it refers to itself."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_within_an_export_a_collection_frees_what_was_made_inside_and_leaves_the_older_heap_alone() -> None:
+    gc.disable()  # no automatic collection frees the older cycle before the freeze
+    try:
+        before = Cycle()
+        old = weakref.ref(before)
+        del before
+        with memory.collecting_new_objects_only():
+            frozen = gc.get_freeze_count()
+            assert frozen > 0
+            inside = Cycle()
+            new = weakref.ref(inside)
+            del inside
+            with memory.collecting_new_objects_only():  # nested: still frozen once
+                memory.release_memory()
+            assert gc.get_freeze_count() == frozen
+            assert new() is None
+            assert old() is not None  # made before: not scanned
+        assert gc.get_freeze_count() == 0
+        gc.collect()
+        assert old() is None  # back in the collector's generations, and freed there
+    finally:
+        gc.enable()
