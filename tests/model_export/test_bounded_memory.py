@@ -208,3 +208,15 @@ def test_within_an_export_a_collection_frees_what_was_made_inside_and_leaves_the
         assert old() is None  # back in the collector's generations, and freed there
     finally:
         gc.enable()
+
+
+def test_a_heap_the_process_froze_itself_stays_frozen_after_an_export() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with memory.collecting_new_objects_only():
+            Cycle()
+            memory.release_memory()
+        assert gc.get_freeze_count() >= frozen - 100  # not unfrozen (a few frozen objects may die by refcount)
+    finally:
+        gc.unfreeze()
