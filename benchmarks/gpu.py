@@ -9,11 +9,14 @@ lacks):
   random-weight BERT-base (12 x 768, 512 positions) to an fp16 bundle; the five exports run at once.
 - ``measure``: (1) the CPU fp32 bundles on the CPU provider give the reference answers; (2) a raw ONNX Runtime CUDA
   loop over each fp16 bundle (tokenize, sort every input by length, pad, run: the best batch size of a sweep, and
-  the median batch-1 call); (3) ``python -m service --device cuda`` serving the three fp16 bundles: top-1 agreement
-  with the CPU on SST-2 dev and embedding cosines, then closed-loop HTTP load at c=1 / 32 / 128 (one input a
-  request) and c=32 with 16 inputs a request; (4) the transformers pipeline on torch fp16 on the same card
+  the median batch-1 call), then the service's own engine in this process on the card, no HTTP (c=1 and c=32: rows
+  and model time per batch, ``benchmarks.studies.core_floor``), which tells a batch slowed in the service's session
+  from one slowed behind the server's HTTP; (3) ``python -m service --device cuda`` serving the three fp16 bundles:
+  top-1 agreement with the CPU on SST-2 dev and embedding cosines, then closed-loop HTTP load at c=1 / 32 / 128 (one
+  input a request) and c=32 with 16 inputs a request; (4) the transformers pipeline on torch fp16 on the same card
   (``benchmarks.gpu_torch``, its own process). Workloads: SST-2 dev sentences (MiniLM), and BERT-base on WikiText
-  pieces of exactly 128 and 512 tokens.
+  pieces of exactly 128 and 512 tokens. ``--device cpu --base-size tiny`` is a smoke run of the script on a machine
+  without a GPU (its report goes to WORK_DIR/gpu-smoke).
 
     python -m benchmarks.gpu export --sst2-checkpoint DIR --work-dir /tmp/gpu
     python -m benchmarks.gpu measure --sst2-checkpoint DIR --work-dir /tmp/gpu --out benchmarks/results/gpu
@@ -46,6 +49,7 @@ from benchmarks.gpu_report import markdown
 from benchmarks.overload_client import closed_loop, percentile
 from benchmarks.overload_loads import FALLBACK_TEXTS, bundle_tokenizer, texts_of_tokens, wikitext_text
 from benchmarks.random_bert import ensure_checkpoint, export
+from benchmarks.studies import core_floor
 
 log = logging.getLogger("benchmarks.gpu")
 TASK = "text-classification"
@@ -177,6 +181,15 @@ def raw_loop(bundle: Path, texts: list[str], seconds: float, device: str) -> dic
             "batch1_p50_ms": round(1000 * statistics.median(singles), 3), "batch1_calls": len(singles)}  # fmt: skip
 
 
+def core_points(bundle: Path, model: str, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """The service's engine in this process on the device, no HTTP (``benchmarks.studies.core_floor``): closed-loop
+    clients at c=1 and c=32, one input a request, with its batches' rows and time inside the model. Beside the raw
+    loop and the server, it says whether a batch is slower in the service's session or only behind its HTTP."""
+    bodies = [json.dumps({"model": model, "inputs": text, "truncation": True}).encode() for text in texts]
+    points = asyncio.run(core_floor.measure_core(bundle, "sst2", [1, 32], args.duration, None, args.device, bodies))
+    return {f"c{point.pop('concurrency')}": point for point in points}
+
+
 def batch_counters(port: int, model: str) -> dict[str, float]:
     """The server's batch counters for ``model`` from /metrics: batches, rows, and seconds inside the model."""
     text = post_get_text(port, "/metrics")
@@ -283,10 +296,13 @@ def measure(args: argparse.Namespace, results: dict[str, Any]) -> None:
     loads = workloads(work)
     dev = read_sst2("dev")
     cpu = cpu_reference(work, [row.text for row in dev])
-    results["raw_cuda"] = {}
+    results["raw_cuda"], results["core"] = {}, {}
     for name, (model, texts) in loads.items():
         results["raw_cuda"][name] = raw_loop(work / SERVED[model], texts, args.raw_seconds, args.device)
         log.info("raw %s: %s", name, results["raw_cuda"][name])
+        gc.collect()
+        results["core"][name] = core_points(work / SERVED[model], model, texts, args)
+        log.info("core %s: %s", name, results["core"][name])
         gc.collect()
     write(results, args.out)
     port = servers.free_port()
@@ -343,7 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("stage", choices=("export", "measure"))
     parser.add_argument("--sst2-checkpoint", type=Path, required=True, help="the MiniLM SST-2 checkpoint folder")
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/bertserve-gpu"))
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu"), help="report prefix (.json/.md)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="report prefix (.json/.md); default benchmarks/results/gpu, and "
+        "WORK_DIR/gpu-smoke with --device cpu (a smoke run never replaces the card's report)",
+    )
     parser.add_argument("--duration", type=float, default=4.0, help="seconds per served point, after the warm-up")
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--raw-seconds", type=float, default=1.0, help="seconds per raw batch size and for batch 1")
@@ -353,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.work_dir.mkdir(parents=True, exist_ok=True)
+    if args.out is None:
+        args.out = Path("benchmarks/results/gpu") if args.device == "cuda" else args.work_dir / "gpu-smoke"
     record = args.out.with_suffix(".json")
     results: dict[str, Any] = json.loads(record.read_text()) if record.is_file() and args.stage == "measure" else {}
     results.setdefault("commands", []).append("python -m benchmarks.gpu " + " ".join(argv or sys.argv[1:]))

@@ -82,7 +82,32 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append("")
         lines += ["Raw sweeps (batch size: sequences/s):", ""]
         lines += [f"- {name}: {figures['sweep']}" for name, figures in raw.items()] + [""]
+    lines += core_lines(results)
     if results.get("served_models"):
         lines += ["Served models (device, tuned batching):", ""]
         lines += [f"- {name}: {facts}" for name, facts in results["served_models"].items()] + [""]
     return "\n".join(lines) + "\n"
+
+
+def core_lines(results: dict[str, Any]) -> list[str]:
+    """Time inside the model for a row: the raw loop at batch 32, the service's engine in process (no HTTP) and the
+    server, at c=32: where a batch slows, in the session or behind the server's HTTP."""
+    core, raw, served = results.get("core", {}), results.get("raw_cuda", {}), results.get("served", {})
+    if not core:
+        return []
+    lines = ["## In process: the service's engine without HTTP (model ms a row at c=32)", "",
+             "| workload | raw ms/row (batch 32) | engine c=1 seq/s | engine c=32 seq/s | engine rows/batch "
+             "| engine model ms/row | served c=32 seq/s | served rows/batch | served model ms/row |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for name, points in core.items():
+        rate32 = raw.get(name, {}).get("sweep", {}).get("32")
+        inside = served.get(name, {}).get("c32", {})
+        server = inside.get("server") or {}
+        rows, run_ms = server.get("rows_per_batch"), server.get("run_ms_per_batch")
+        lines.append(
+            f"| {name} | {_fig(1000 / rate32 if rate32 else None, 3)} | {_fig(points['c1']['sequences_per_s'])} "
+            f"| {_fig(points['c32']['sequences_per_s'])} | {_fig(points['c32']['rows_per_batch'])} "
+            f"| {_fig(points['c32']['model_ms_per_row'], 3)} | {_fig(inside.get('sequences_per_s'))} | {_fig(rows)} "
+            f"| {_fig(run_ms / rows if run_ms and rows else None, 3)} |"
+        )
+    return [*lines, ""]

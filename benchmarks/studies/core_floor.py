@@ -100,14 +100,25 @@ async def closed_loop(engine: Engine, route: InferenceRoute, bodies: list[bytes]
 
 
 async def measure_core(
-    bundle: Path, load: str, concurrencies: list[int], seconds: float, overhead_tokens: float | None
+    bundle: Path,
+    load: str,
+    concurrencies: list[int],
+    seconds: float,
+    overhead_tokens: float | None,
+    device: str = "cpu",
+    bodies: list[bytes] | None = None,
 ) -> list[dict[str, Any]]:
-    settings = Settings() if overhead_tokens is None else Settings(batch_overhead_tokens=overhead_tokens)
+    """The core's closed-loop points on ``device``; ``bodies``: the requests to send (default: the load's own)."""
+    chosen: dict[str, Any] = {"device": device}
+    if overhead_tokens is not None:
+        chosen["batch_overhead_tokens"] = overhead_tokens
+    settings = Settings(**chosen)
     shapes = Shapes()
     engine = Engine.from_bundle(bundle, settings, name=load, observer=shapes)
     await engine.start()
     route = route_of(bertserve_path(load))
-    bodies = [encode_json(body) for body in bertserve_loads(load, load)[0].bodies]
+    if bodies is None:
+        bodies = [encode_json(body) for body in bertserve_loads(load, load)[0].bodies]
     points = []
     try:
         for clients in concurrencies:

@@ -1,0 +1,34 @@
+"""benchmarks.gpu's report: the in-process engine's section beside the raw loop and the server."""
+
+from __future__ import annotations
+
+from benchmarks.gpu_report import core_lines, markdown
+
+
+def results(with_core: bool = True) -> dict:
+    found = {
+        "raw_cuda": {"base-128": {"sequences_per_s": 11000.0, "best_batch_size": 512, "batch1_p50_ms": 1.4,
+                                  "sweep": {"1": 700.0, "32": 8000.0, "512": 11000.0}}},
+        "served": {"base-128": {"c1": {"p50_ms": 2.5, "sequences_per_s": 400.0},
+                                "c32": {"sequences_per_s": 1260.0, "server": {"rows_per_batch": 32.0,
+                                                                             "run_ms_per_batch": 71.0}},
+                                "c128": {"sequences_per_s": 1600.0}, "c32x16": {"sequences_per_s": 2300.0}}},
+    }  # fmt: skip
+    if with_core:
+        found["core"] = {"base-128": {"c1": {"sequences_per_s": 500.0, "rows_per_batch": 1.0, "model_ms_per_row": 1.5},
+                                      "c32": {"sequences_per_s": 4000.0, "rows_per_batch": 30.0,
+                                              "model_ms_per_row": 0.2}}}  # fmt: skip
+    return found
+
+
+def test_the_engine_row_puts_each_contexts_model_time_a_row_side_by_side() -> None:
+    row = core_lines(results())[4]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    # raw: 1000 / 8,000 seq/s at batch 32; served: 71 ms / 32 rows a batch
+    assert cells == ["base-128", "0.125", "500.0", "4,000.0", "30.0", "0.200", "1,260.0", "32.0", "2.219"]
+
+
+def test_without_engine_points_the_report_has_no_engine_section() -> None:
+    assert core_lines(results(with_core=False)) == []
+    assert "In process" not in markdown(results(with_core=False))
+    assert "In process" in markdown(results())
