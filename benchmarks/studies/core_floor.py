@@ -105,11 +105,12 @@ async def measure_core(
     concurrencies: list[int],
     seconds: float,
     overhead_tokens: float | None,
-    device: str = "cpu",
+    device: str | None = None,
     bodies: list[bytes] | None = None,
 ) -> list[dict[str, Any]]:
-    """The core's closed-loop points on ``device``; ``bodies``: the requests to send (default: the load's own)."""
-    chosen: dict[str, Any] = {"device": device}
+    """The core's closed-loop points on ``device`` (None: the settings' default, ``BERTSERVE_DEVICE`` or cpu);
+    ``bodies``: the requests to send (default: the load's own)."""
+    chosen: dict[str, Any] = {} if device is None else {"device": device}
     if overhead_tokens is not None:
         chosen["batch_overhead_tokens"] = overhead_tokens
     settings = Settings(**chosen)
