@@ -146,9 +146,7 @@ class Engine:
         observer: BatchObserver | None = None,
         device: Device | None = None,
     ) -> Engine:
-        """Read and check the bundle, load tokenizer and ORT session (service/engine_load.py). Raises BundleError
-        naming the folder, and DeviceUnavailable when the session cannot run on ``device`` (None:
-        ``settings.device``, resolved here)."""
+        """The Engine of the bundle at ``path``, as ``service.engine_load.load_model`` readies it (its errors)."""
         settings = settings or Settings()
         got = load_model(path, settings, name, handler, device)
         return cls(
