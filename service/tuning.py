@@ -6,7 +6,8 @@ is bounded whatever the clock says; a setting given explicitly is not tuned (its
 - ``intra_op_threads``: powers of two up to the CPU count (and that count); the fastest at a batch of 4 x 128-token
   rows wins, fewer threads when within 5 % (other models share the cores). A lone batch runs on all of them.
 - ``parallel_runs``: 1 or ``model_workers`` batches at once on that session, the same batch run by that many
-  threads together; more only when it beats one by 5 % (concurrent runs share the session's threads).
+  threads together; more only when it beats one by 5 % (concurrent runs share the session's threads). A model whose
+  threads split (below) runs every worker's batches at once: that is decided, not measured.
 - ``max_batch_tokens``: rows of 128 tokens (or the model's max length) in batches of 1, 2, 4 ... rows; the
   token count where throughput stops growing (the smallest batch within 5 % of the best) is the budget.
 - ``max_batch_size``: the same sweep with 16-token rows, up to the token budget: how many short rows one call
@@ -20,11 +21,15 @@ the run's operators until the run ends: a split model's every-thread session, an
 batches run one at a time on several threads (``--intra-op-spinning`` decides it instead).
 
 Sweeps stop early once throughput stops growing or when the next batch would not fit in the time budget. A sweep the
-budget cut before throughput stopped growing has not found its knee: its setting is then at least the untuned default
+budget cut while its last step still gained has not found its knee: its setting is then at least the untuned default
 (``untuned``; on a slow machine a 1.5 s budget measured only 1 and 2 rows, and batches of 2 served at 0.7x the raw
-loop). The budget is ``tune_seconds`` per model, unless one call of the model is so slow that
-the least the tuner must measure (every thread candidate, two batch sizes of each sweep) would not fit: then the
-budget is that least, from a timed call and session build, and the log says so.
+loop). One cut after a step that gained less than 5 % has seen it: the knee it measured stands (MiniLM's token sweep,
+cut after 1,024 tokens that lost to 512, had taken the untuned 8,192: under load SQuAD's 256-token rows then ran ~10
+to a batch at 15 % more time a token than 2-3 to a batch; 512 served it 1.21x / 1.27x at c=32 / 128,
+``benchmarks/results/ab/issue46-tuning-settled-squad-int8.md``). The budget is
+``tune_seconds`` per model, unless one call of the model is so slow that the least the tuner must measure (every thread
+candidate, two batch sizes of each sweep) would not fit: then the budget is that least, from a timed call and session
+build, and the log says so.
 """
 
 from __future__ import annotations
@@ -273,6 +278,7 @@ class Tuner:
             sweep.rates[size], sweep.last_seconds = rate, seconds
             if stalled >= 2:
                 break
+        sweep.cut_short = sweep.cut_short and not stalled  # a last step that gained nothing has shown the knee
         return sweep
 
     def tune(
@@ -291,8 +297,13 @@ class Tuner:
         self._plan(runner, build_s, len(candidates["intra_op_threads"]), max(run_options))
         threads, runner, sweep = self._sweep_threads(candidates["intra_op_threads"], (threads, runner))
         measured["intra_op_threads"] = sweep.rates
-        if len(run_options) == 1:
-            parallel_runs = run_options[0]
+        # a small model's batches side by side on one thread each, a lone one on all threads: what it gains is the
+        # barrier the event loop's work stalls, which no measurement in isolation shows (the A/B in service.sessions);
+        # its runs at once are then every worker's, so they are not measured (the budget goes to the batch sweeps)
+        split = self.split if self.split is not None else self.cost.row_s <= SMALL_MODEL_ROW_S
+        split = split and threads > 1 and max(run_options) > 1
+        if split or len(run_options) == 1:
+            parallel_runs = max(run_options) if split else run_options[0]
         else:
             runs_sweep = self._sweep_parallel_runs(runner, run_options, sweep.rates[threads])
             measured["parallel_runs"] = runs_sweep.rates
@@ -322,12 +333,6 @@ class Tuner:
             if sweep.cut_short and untuned is not None:
                 max_size = max(max_size, _at_least(size_options, untuned.max_batch_size))
                 self.budget_note += "; max_batch_size not settled when the budget ended: at least the default"
-        # a small model's batches side by side on one thread each, a lone one on all threads: what it gains is the
-        # barrier the event loop's work stalls, which no measurement in isolation shows (the A/B in service.sessions)
-        split = self.split if self.split is not None else self.cost.row_s <= SMALL_MODEL_ROW_S
-        split = split and threads > 1 and max(run_options) > 1
-        if split:
-            parallel_runs = max(run_options)
         # a run's threads that spin between its operators instead of sleeping finish it sooner (a lone BERT-base request
         # 1.10x, benchmarks/results/ab/issue46-spin-lone-runs-base-fp32.md), as long as nothing runs beside it: a split
         # model's lone batches, or one run at a time

@@ -50,7 +50,7 @@ class Sweep:
 
     rates: dict[int, float] = field(default_factory=dict)
     last_seconds: float = 0.0
-    cut_short: bool = False  # the budget ended it before two steps in a row stopped gaining
+    cut_short: bool = False  # the budget ended it while its last step still gained: no knee seen
 
     def knee(self) -> int:
         """The smallest candidate within WITHIN_BEST of the best rate."""

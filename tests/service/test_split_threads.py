@@ -163,8 +163,10 @@ def test_tuning_splits_the_threads_of_a_small_model_only(row_s: float, setting: 
                   "parallel_runs": [1, 2]}  # fmt: skip
     choice, _ = tuner.tune(candidates, ThreadScaledRunner(2, row_s), threads=2)
     assert choice.intra_op_threads == 2 and choice.split_threads is split
-    if split:  # both workers run batches at once, one thread each
-        assert choice.parallel_runs == 2
+    if split:  # both workers run batches at once, one thread each: decided, so not measured
+        assert choice.parallel_runs == 2 and "parallel_runs" not in choice.tokens_per_second
+    else:
+        assert set(choice.tokens_per_second["parallel_runs"]) == {1, 2}
 
 
 @pytest.mark.parametrize(

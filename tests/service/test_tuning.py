@@ -207,3 +207,45 @@ def test_a_batch_sweep_the_budget_cuts_while_it_still_gains_picks_at_least_the_u
     else:  # every size measured, each gaining on the last: the largest, whatever the untuned limits
         assert set(measured["max_batch_size"]) == set(sizes) and "not settled" not in tuner.budget_note
         assert (choice.max_batch_tokens, choice.max_batch_size) == (128 * 64, 64)
+
+
+class CacheCliffRunner(SlowRunner):
+    """A call costs ``call_s`` plus ``row_s`` a row up to ``cliff`` rows and three times that a row beyond: batches gain
+    until their activations leave the cache, as a long-row model's do on a CPU past ~512 tokens."""
+
+    def __init__(self, call_s: float, row_s: float, cliff: int) -> None:
+        super().__init__(row_s)
+        self.call_s, self.cliff = call_s, cliff
+
+    def run(self, batch):  # type: ignore[no-untyped-def]
+        rows = batch.input_ids.shape[0]
+        time.sleep(self.call_s + self.row_s * rows * (1 if rows <= self.cliff else 3))
+        return {"logits": np.zeros((rows, 2), dtype=np.float32)}
+
+
+@pytest.mark.parametrize("after_the_loss", [True, False])
+def test_a_batch_sweep_the_budget_cuts_after_a_step_that_gained_nothing_keeps_its_knee(after_the_loss: bool) -> None:
+    """The budget ends the token sweep after its 8-row step, the first that lost to the 4-row one: the knee is seen,
+    so 4 rows of 128 tokens, not the untuned 8,192 (MiniLM SQuAD's 256-token rows served 1.27x faster at c=128)."""
+    untuned = BatchingChoice(max_batch_tokens=8192, max_batch_size=64, intra_op_threads=1)
+    sizes = [1, 2, 4, 8, 16, 32, 64]
+    candidates = {"intra_op_threads": [1], "max_batch_tokens": [128 * n for n in sizes], "max_batch_size": sizes,
+                  "parallel_runs": [1]}  # fmt: skip
+    tuner = Tuner(lambda threads: CacheCliffRunner(0.01, 0.001, 4), 101, 102, 1000, 128, budget_s=5.0)
+    token_steps: list[float] = []
+
+    def allows(seconds: float, share: float = 1.0) -> bool:  # the token sweep asks before its 4-, 8- and 16-row steps
+        if share == 1.0:
+            return True
+        token_steps.append(seconds)
+        return len(token_steps) <= (2 if after_the_loss else 1)
+
+    tuner.clock.allows = allows  # type: ignore[method-assign]
+    choice, _ = tuner.tune(candidates, CacheCliffRunner(0.01, 0.001, 4), threads=1, untuned=untuned)
+    measured = choice.tokens_per_second["max_batch_tokens"]
+    if after_the_loss:  # 1, 2, 4, 8 rows measured, 8 below 4: settled at 4 rows
+        assert sorted(measured) == [128, 256, 512, 1024] and measured[1024] < measured[512]
+        assert choice.max_batch_tokens == 512 and "max_batch_tokens not settled" not in tuner.budget_note
+    else:  # cut after 4 rows, each step gaining: no knee seen, at least the untuned limit
+        assert sorted(measured) == [128, 256, 512] and measured[512] > measured[256]
+        assert choice.max_batch_tokens == 8192 and "max_batch_tokens not settled" in tuner.budget_note
