@@ -23,13 +23,13 @@ batches run one at a time on several threads (``--intra-op-spinning`` decides it
 Sweeps stop early once throughput stops growing or when the next batch would not fit in the time budget. A sweep the
 budget cut while its last step still gained has not found its knee: its setting is then at least the untuned default
 (``untuned``; on a slow machine a 1.5 s budget measured only 1 and 2 rows, and batches of 2 served at 0.7x the raw
-loop), a token budget on a CPU at least ``CPU_UNSETTLED_TOKENS`` of it. One cut after a step that gained less than
-5 % has seen it: the knee it measured stands (MiniLM's token sweep, cut after 1,024 tokens that lost to 512, had
-taken the untuned 8,192: under load SQuAD's 256-token rows then ran ~10 to a batch at 15 % more time a token than
-2-3 to a batch; 512 served it 1.21x / 1.27x at c=32 / 128,
-``benchmarks/results/ab/issue46-tuning-settled-squad-int8.md``). The budget is ``tune_seconds`` per model, unless
-one call of the model is so slow that the least the tuner must measure (every thread candidate, two batch sizes of
-each sweep) would not fit: then the budget is that least, from a timed call and session build, and the log says so.
+loop; on a CPU a token budget takes at most ``CPU_UNSETTLED_TOKENS`` of that default). One cut after a step that
+gained less than 5 % has seen it: the knee it measured stands (MiniLM's token sweep, cut after 1,024 tokens that lost
+to 512, had taken the untuned 8,192: under load SQuAD's 256-token rows then ran ~10 to a batch at 15 % more time a
+token than 2-3 to a batch; 512 served it 1.21x / 1.27x at c=32 / 128,
+``benchmarks/results/ab/issue46-tuning-settled-squad-int8.md``). The budget is ``tune_seconds`` per model, unless one
+call of the model is so slow that the least the tuner must measure (every thread candidate, two batch sizes of each
+sweep) would not fit: then the budget is that least, from a timed call and session build, and the log says so.
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ TOKENS_SHARE = 0.75
 # (service.sessions) where the event loop's share of the cores weighs; a larger one's lone batches keep them all.
 SMALL_MODEL_ROW_S = 0.05
 # A CPU's batches of long rows stop gaining near a thousand tokens (MiniLM's 256-token rows at 512, BERT-base's
-# 128-token rows at 1,024, where 8,192 served them 0.79x and 0.94x the raw loop): a token sweep cut while it still
-# gained takes at least the untuned budget, but on a CPU no more than this (a GPU keeps the untuned budget).
+# 128-token rows at 1,024; at 8,192 SQuAD served 1.27x slower at c=128 and BERT-base 0.94x the raw loop at c=32): a
+# token sweep cut while it still gained takes at least the untuned budget, but on a CPU no more than this (a GPU
+# keeps the untuned budget).
 CPU_UNSETTLED_TOKENS = 1024
 NEW_SESSION_MARGIN = 2  # a thread count's step also opens a session and may run slower: allow it that much more
 
