@@ -25,8 +25,8 @@ budget cut while its last step still gained has not found its knee: its setting 
 (``untuned``; on a slow machine a 1.5 s budget measured only 1 and 2 rows, and batches of 2 served at 0.7x the raw
 loop; on a CPU a token budget takes at most ``CPU_UNSETTLED_TOKENS`` of that default). One cut after a step that
 gained less than 5 % has seen it: the knee it measured stands (MiniLM's token sweep, cut after 1,024 tokens that lost
-to 512, had taken the untuned 8,192: under load SQuAD's 256-token rows then ran ~10 to a batch at 15 % more time a
-token than 2-3 to a batch; 512 served it 1.21x / 1.27x at c=32 / 128,
+to 512, had taken the untuned 8,192: under load SQuAD's 256-token rows then cost 30.7 / 31.6 CPU ms a request at c=32
+/ 128 against 25.3 / 24.7 with 512, which served it 1.21x / 1.27x at c=32 / 128,
 ``benchmarks/results/ab/issue46-tuning-settled-squad-int8.md``). The budget is ``tune_seconds`` per model, unless one
 call of the model is so slow that the least the tuner must measure (every thread candidate, two batch sizes of each
 sweep) would not fit: then the budget is that least, from a timed call and session build, and the log says so.
