@@ -9,6 +9,9 @@ when its median wins by more than the rounds' own spread.
     python -m benchmarks.ab --model sst2=runs/accuracy/bundles/sst2-fp32 --tree base=/tmp/ab-base --tree new=. \\
         --concurrency 32 --rounds 4 --duration 10 --out benchmarks/results/ab-orjson
 
+``--tokens N`` replaces SST-2's sentences by cuts of WikiText-2 of N tokens each ([CLS] and [SEP] included, the
+bundle's tokenizer; one per request, 64 of them): a load long enough for the token budget to bind.
+
 ``--protocol`` sends the same load in another protocol's shape to the same model: ``v2`` (Open Inference
 Protocol infer, any task), ``tei`` (``/embed`` for embeddings, ``/rerank`` for rerank); default: the task's
 own route (``/v1/...``, ``/v1/embeddings`` for embeddings).
@@ -32,7 +35,7 @@ from typing import Any
 
 from benchmarks import loadgen, servers
 from benchmarks.datasets import SCRATCH_DIR
-from benchmarks.loads import bertserve_loads, bertserve_path
+from benchmarks.loads import Load, bertserve_loads, bertserve_path
 from benchmarks.report import load_average, write_report
 
 log = logging.getLogger("benchmarks.ab")
@@ -70,6 +73,14 @@ def protocol_requests(
     if protocol == "tei" and task == "rerank":
         return "/rerank", [{"model": model, "query": body["query"], "texts": body["documents"]} for body in bodies]
     raise ValueError(f"no {protocol} route for {task}")
+
+
+def long_load(model: str, bundle: Path, tokens: int) -> Load:
+    """One text-classification request per cut of ``tokens`` tokens (benchmarks.big_models' inputs)."""
+    from benchmarks.big_models import length_inputs
+
+    texts = length_inputs(bundle, [tokens])[tokens]
+    return Load(f"tokens-{tokens}", [{"model": model, "inputs": text} for text in texts])
 
 
 def measure_tree(args: argparse.Namespace, label: str, tree: Path, bodies: Path, path: str) -> list[dict[str, Any]]:
@@ -127,7 +138,8 @@ def markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# A/B: {' vs '.join(labels)}",
         "",
-        f"Model `{summary['model']}`, `POST {summary['path']}`, {summary['rounds']} interleaved rounds, "
+        f"Model `{summary['model']}`, `POST {summary['path']}` ({summary.get('load', 'sst2')}), "
+        f"{summary['rounds']} interleaved rounds, "
         f"{summary['duration_s']:.0f} s per point "
         f"after {summary['warmup_s']:.0f} s warm-up; server args `{summary['server_args'] or '(defaults)'}`. "
         f"Load average at start {summary['load_avg']['start']}, at end {summary['load_avg']['end']}.",
@@ -158,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--task", default="sst2", help="the load, as benchmarks.run names it")
+    parser.add_argument("--tokens", type=int, help="send text-classification inputs of this many tokens instead")
     parser.add_argument("--protocol", choices=("v2", "tei"), help="send the load in this protocol's shape")
     parser.add_argument("--server-args", default="", help="extra flags for python -m service (every tree)")
     parser.add_argument("--args", action="append", default=[], help="LABEL=FLAGS: extra flags for one tree only")
@@ -170,13 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     trees = [(label, Path(path).resolve()) for label, _, path in (tree.partition("=") for tree in args.tree)]
     if len(trees) < 2:
         parser.error("give two trees or more: --tree base=PATH --tree new=PATH")
-    load = bertserve_loads(args.task, args.name)[0]
+    if args.tokens and (args.task != "sst2" or not 3 <= args.tokens <= 512):
+        parser.error("--tokens goes with the text-classification load (--task sst2), 3..512 tokens")
+    load = (
+        long_load(args.name, args.model_path, args.tokens) if args.tokens else bertserve_loads(args.task, args.name)[0]
+    )
     try:
         path, requests = protocol_requests(args.task, args.protocol, load.bodies)
     except ValueError as exc:
         parser.error(str(exc))
     args.sequences = load.sequences_per_request
-    bodies = loadgen.write_bodies(requests, LOG_DIR / f"bodies-{args.task}-{args.protocol or 'own'}.jsonl")
+    bodies = loadgen.write_bodies(requests, LOG_DIR / f"bodies-{load.name}-{args.protocol or 'own'}.jsonl")
     load_at_start = os.getloadavg()
     points: list[dict[str, Any]] = []
     for round_index in range(args.rounds):
@@ -190,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, tree in trees
     }
     summary = {
-        "model": args.model, "path": path, "labels": labels, "trees": described,
+        "model": args.model, "load": load.name, "path": path, "labels": labels, "trees": described,
         "rounds": args.rounds, "duration_s": args.duration, "warmup_s": args.warmup, "server_args": args.server_args,
         "points": points, "verdict": verdict(points, labels, args.concurrency),
         "load_avg": load_average(load_at_start),

@@ -67,8 +67,8 @@ def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         if "fp32" in scores and "int8" in scores:
             metric = scores["metric"]
             loss = round(scores["fp32"][metric] - scores["int8"][metric], 2)
-            target = f"int8 loses < 1 point of {metric}"
-            verdicts.append({"task": name, "target": target, "goal": 1.0, "worst": loss, "met": loss < 1.0})
+            title = f"int8 loses < 1 point of {metric}"
+            verdicts.append({"task": name, "target": title, "goal": 1.0, "worst": loss, "met": loss < 1.0})
     return verdicts
 
 

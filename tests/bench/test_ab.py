@@ -17,6 +17,7 @@ from service.tasks.question_answering import QuestionAnsweringRequest
 from service.tasks.rerank import RerankRequest, TeiRerankRequest
 from service.tasks.text_classification import TextClassificationRequest
 from service.tasks.token_classification import TokenClassificationRequest
+from tests.minilm import minilm_folder, minilm_tokenizer
 
 # a body of each load as benchmarks.loads.bertserve_loads writes it, its v1 request model and its model's task
 LOADS: dict[str, tuple[dict[str, Any], type[TaskRequest], str]] = {
@@ -57,3 +58,27 @@ def test_tei_bodies_carry_the_inputs_of_the_task_route() -> None:
 def test_without_a_protocol_the_load_goes_to_its_own_route() -> None:
     body = LOADS["embeddings"][0]
     assert protocol_requests("embeddings", None, [body]) == ("/v1/embeddings", [body])
+
+
+def test_a_long_load_sends_inputs_of_the_asked_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import big_models
+    from benchmarks.ab import long_load
+
+    folder = minilm_folder()  # holds tokenizer.json as a bundle does
+    text = " ".join(
+        f"The unbelievably picturesque town number {index} lies north of the river." for index in range(900)
+    )
+    monkeypatch.setattr(big_models, "wikitext_text", lambda: text)
+    load = long_load("big", folder, 128)
+    tokenizer = minilm_tokenizer()
+    assert load.name == "tokens-128" and len(load.bodies) == big_models.INPUTS_PER_LENGTH
+    lengths = {len(tokenizer.encode(body["inputs"]).ids) for body in load.bodies}
+    assert min(lengths) >= 120 and max(lengths) <= 128
+    assert {body["model"] for body in load.bodies} == {"big"}
+
+
+def test_tokens_go_with_the_classification_load_only() -> None:
+    from benchmarks.ab import main
+
+    with pytest.raises(SystemExit):
+        main(["--model", "m=.", "--tree", "a=.", "--tree", "b=.", "--task", "squad", "--tokens", "128", "--out", "x"])
