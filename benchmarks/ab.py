@@ -127,7 +127,8 @@ def verdict(points: list[dict[str, Any]], labels: list[str], concurrency: list[i
                             "cpu_ms_median": statistics.median(cpu)}  # fmt: skip
         base, new = stats[labels[0]], stats[labels[-1]]
         rows.append({
-            "concurrency": level, "trees": stats, "ratio": round(new["median"] / base["median"], 3),
+            "concurrency": level, "trees": stats,
+            "ratio": round(new["median"] / base["median"], 3) if base["median"] else None,
             "wins_beyond_spread": new["min"] > base["max"], "loses_beyond_spread": new["max"] < base["min"],
         })  # fmt: skip
     return rows
@@ -157,7 +158,8 @@ def markdown(summary: dict[str, Any]) -> str:
             for s in (row["trees"][label] for label in labels)
         ]
         beyond = "win" if row["wins_beyond_spread"] else "loss" if row["loses_beyond_spread"] else "no"
-        lines.append(f"| {row['concurrency']} | " + " | ".join(cells) + f" | {row['ratio']:.3f} | {beyond} |")
+        ratio = "n/a" if row["ratio"] is None else f"{row['ratio']:.3f}"
+        lines.append(f"| {row['concurrency']} | " + " | ".join(cells) + f" | {ratio} | {beyond} |")
     return "\n".join(lines) + "\n"
 
 

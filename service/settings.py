@@ -6,6 +6,7 @@ when it is constructed. ``BERTSERVE_MODELS`` takes ``NAME=PATH`` pairs separated
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Literal
@@ -18,12 +19,68 @@ LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 TUNED_SETTINGS = frozenset({"max_batch_tokens", "max_batch_size", "intra_op_threads", "parallel_runs"})
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
+
+
+def _quota_cpus(quota: str, period: str) -> float | None:
+    """CPUs one cgroup's quota allows (None: unlimited); v2 writes ``max``, v1 ``-1``."""
+    if quota in ("max", "-1"):
+        return None
+    return int(quota) / int(period)
+
+
+def _cgroup_quota_cpus(root: Path, proc_cgroup: Path) -> float | None:
+    """The tightest CPU quota on this process's cgroup and its parents, as CPUs (None: no quota).
+
+    cgroup v2 keeps ``cpu.max`` ("<quota> <period>") in each folder of the unified tree; v1 keeps
+    ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` under the cpu controller's tree. In a container the
+    process's path is ``/`` of a namespaced tree mounted at ``root``, which is the container's own limit."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    found: list[float] = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        files: tuple[str, ...]
+        if controllers == "":
+            base, files = root, ("cpu.max",)
+        elif "cpu" in controllers.split(","):
+            v1 = [root / name for name in (controllers, "cpu,cpuacct", "cpu") if (root / name).is_dir()]
+            if not v1:
+                continue
+            base, files = v1[0], ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+        else:
+            continue
+        folder = base / path.lstrip("/")
+        for level in (folder, *folder.parents):
+            try:
+                values = " ".join((level / name).read_text().strip() for name in files).split()
+                cpus = _quota_cpus(values[0], values[1])
+            except (OSError, IndexError, ValueError):
+                cpus = None
+            if cpus is not None:
+                found.append(cpus)
+            if level == base:
+                break
+    return min(found) if found else None
+
+
+def available_cpus(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> int:
+    """CPUs this process may use: those it may be scheduled on, capped by its cgroup's CPU quota rounded up (a
+    container's CPU limit, which ``os.cpu_count()`` does not see: it counts the node's)."""
+    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = _cgroup_quota_cpus(root, proc_cgroup)
+    return count if quota is None else max(1, min(count, math.ceil(quota)))
+
+
 def default_model_workers() -> int:
-    return min(2, os.cpu_count() or 1)
+    return min(2, available_cpus())
 
 
 def default_intra_op_threads() -> int:
-    return os.cpu_count() or 1
+    return available_cpus()
 
 
 class Settings(BaseSettings):
@@ -55,7 +112,8 @@ class Settings(BaseSettings):
         default_factory=default_intra_op_threads,
         ge=1,
         description="ONNX Runtime threads of the model's one session: a lone batch runs on all of them. Default: "
-        "the CPU count (set it to the container's CPU limit, which the CPU count does not see).",
+        "the CPUs this process may use: those it may run on, capped by its container's CPU limit (the cgroup's quota, "
+        "rounded up).",
     )
     # Two workers share the one session (Run is thread-safe: the weights are held once): while one runs a batch the
     # other cuts and answers the last one's outputs and takes the next (benchmarks/results/session_layout.md).
@@ -63,7 +121,7 @@ class Settings(BaseSettings):
         default_factory=default_model_workers,
         ge=1,
         description="Worker threads per model, all fed from the model's one queue and running batches on its one "
-        "ONNX Runtime session. Default: min(2, CPU count).",
+        "ONNX Runtime session. Default: min(2, the CPUs this process may use).",
     )
     parallel_runs: int | None = Field(
         default=None,

@@ -3,8 +3,9 @@
 Four settings are tuned, each only among a candidate set fixed before any timing (and logged), so the choice
 is bounded whatever the clock says; a setting given explicitly is not tuned (its candidate set is that value):
 
-- ``intra_op_threads``: powers of two up to the CPU count (and that count); the fastest at a batch of 4 x 128-token
-  rows wins, fewer threads when within 5 % (other models share the cores). A lone batch runs on all of them.
+- ``intra_op_threads``: powers of two up to the CPUs the process may use (and that count; a container's CPU
+  limit caps it); the fastest at a batch of 4 x 128-token rows wins, fewer threads when within 5 % (other models
+  share the cores). A lone batch runs on all of them.
 - ``parallel_runs``: 1 or ``model_workers`` batches at once on that session, the same batch run by that many
   threads together; more only when it beats one by 5 % (concurrent runs share the session's threads). A model whose
   threads split (below) runs every worker's batches at once: that is decided, not measured.
@@ -35,7 +36,6 @@ sweep) would not fit: then the budget is that least, from a timed call and sessi
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -46,7 +46,7 @@ from typing import Any
 from contract.onnx_io import PaddedRows
 from service.device import CPU, Device, cuda_free_memory
 from service.sessions import ModelRunner, OrtRunner
-from service.settings import TUNED_SETTINGS, Settings
+from service.settings import TUNED_SETTINGS, Settings, available_cpus
 from service.tasks.base import ModelContext
 from service.tuning_probes import (
     THREADS_PROBE_ROWS,
@@ -135,7 +135,7 @@ class BatchingChoice:
 
 
 def thread_candidates(cpu_count: int | None = None) -> list[int]:
-    count = max(1, cpu_count or os.cpu_count() or 1)
+    count = max(1, cpu_count or available_cpus())
     powers = [2**k for k in range(count.bit_length()) if 2**k <= count]
     return sorted(set(powers[: MAX_THREAD_CANDIDATES - 1]) | {count})
 
@@ -154,7 +154,7 @@ def candidate_sets(
     sizes = size_candidates(device)
     tokens = sorted({max(max_length, min(cap, long_row * size)) for size in sizes})
     sets = {
-        "intra_op_threads": [1] if device.is_cuda else thread_candidates(os.cpu_count() or 1),
+        "intra_op_threads": [1] if device.is_cuda else thread_candidates(available_cpus()),
         "parallel_runs": sorted({1, settings.model_workers}),
         "max_batch_tokens": tokens,
         "max_batch_size": list(sizes),

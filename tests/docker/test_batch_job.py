@@ -107,12 +107,14 @@ def test_pods_share_the_deployments_image_models_and_hardening() -> None:
     assert shard["resources"] == deployment["resources"]
 
 
-def test_environment_names_real_settings() -> None:
+def test_environment_names_real_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BERTSERVE_TUNE", raising=False)  # the test suite's own: tests do not tune
     env = {item["name"]: item["value"] for item in main_container("job.yaml")["env"]}
     fields = set(Settings.model_fields)
     assert all(name.removeprefix("BERTSERVE_").lower() in fields for name in env), env
     parsed = Settings(**{name.removeprefix("BERTSERVE_").lower(): value for name, value in env.items()})
     assert parsed.models_dir == Path("/models")
+    assert parsed.tunes()  # threads and batch limits for the pod's CPU limit, read from its cgroup
 
 
 def test_the_check_plays_each_index_as_the_job_controller_would(monkeypatch: pytest.MonkeyPatch) -> None:

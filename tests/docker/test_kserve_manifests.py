@@ -167,9 +167,10 @@ def test_the_service_picks_the_runtime_and_speaks_its_protocol() -> None:
     assert runtime_container(resources)["name"] == "kserve-container"
 
 
-def test_the_runtime_runs_the_deployments_service_with_the_same_probes() -> None:
+def test_the_runtime_runs_the_deployments_service_with_the_same_probes(monkeypatch: pytest.MonkeyPatch) -> None:
     from service.app import create_app
 
+    monkeypatch.delenv("BERTSERVE_TUNE", raising=False)  # the test suite's own: tests do not tune
     container = runtime_container(kserve_resources())
     deployment = manifests()["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     env = {item["name"]: item["value"] for item in container["env"]}
@@ -183,14 +184,9 @@ def test_the_runtime_runs_the_deployments_service_with_the_same_probes() -> None
         assert container[probe]["httpGet"]["path"] in routes
         assert container[probe]["httpGet"]["port"] == settings.port
     deployment_env = {item["name"]: item["value"] for item in deployment["env"]}
-    same = {
-        "BERTSERVE_MODEL_WORKERS",
-        "BERTSERVE_INTRA_OP_THREADS",
-        "BERTSERVE_MAX_BATCH_TOKENS",
-        "BERTSERVE_MAX_QUEUE",
-        "BERTSERVE_TIMEOUT_S",
-    }
+    same = {"BERTSERVE_MAX_QUEUE", "BERTSERVE_TIMEOUT_S"}
     assert {name: env[name] for name in same} == {name: deployment_env[name] for name in same}
+    assert settings.tunes(), "a batching setting given turns start-up tuning off in the pod"
     assert container["resources"] == deployment["resources"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert any(mount["mountPath"] == "/tmp" for mount in container["volumeMounts"])

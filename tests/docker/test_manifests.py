@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from service.settings import Settings
+from service.settings import TUNED_SETTINGS, Settings
 from tests.docker.conftest import DOCKER
 
 K8S = DOCKER / "k8s"
@@ -152,6 +152,17 @@ def test_environment_names_real_settings(folder: Path) -> None:
     parsed = Settings(**{name.removeprefix("BERTSERVE_").lower(): value for name, value in env.items()})
     assert str(parsed.models_dir) == container(manifests(folder))["volumeMounts"][0]["mountPath"]
     assert parsed.host == "0.0.0.0"
+
+
+@per_deployment
+def test_batching_is_left_to_start_up_tuning_for_the_pods_limits(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuned setting given (threads, batch limits, runs at once) turns tuning off: the pod would serve with the
+    untuned defaults, and a GPU's with a CPU's batches. The CPU limit is read from the cgroup instead."""
+    monkeypatch.delenv("BERTSERVE_TUNE", raising=False)  # the test suite's own: tests do not tune
+    env = {item["name"]: item["value"] for item in container(manifests(folder))["env"]}
+    parsed = Settings(**{name.removeprefix("BERTSERVE_").lower(): value for name, value in env.items()})
+    assert parsed.tunes()
+    assert not {name.removeprefix("BERTSERVE_").lower() for name in env} & {"model_workers", *TUNED_SETTINGS}
 
 
 @per_deployment

@@ -141,3 +141,64 @@ def test_the_readme_table_of_request_limits_states_each_limits_default(monkeypat
     for name, default in stated.items():
         assert name in Settings.model_fields, name
         assert default == str(getattr(defaults, name)), name
+
+
+def fake_cgroup(tmp_path: Path, proc_lines: str, files: dict[str, str]) -> tuple[Path, Path]:
+    root = tmp_path / "cgroup"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text(proc_lines)
+    return root, proc
+
+
+def test_available_cpus_take_the_tightest_cgroup_quota_rounded_up(tmp_path: Path) -> None:
+    from service.settings import available_cpus
+
+    scheduled = len(os.sched_getaffinity(0))
+    # cgroup v2, in a container: its own tree at the root, a 1.5-CPU limit -> 2
+    root, proc = fake_cgroup(tmp_path / "a", "0::/\n", {"cpu.max": "150000 100000\n"})
+    assert available_cpus(root, proc) == min(scheduled, 2)
+    # v2 on a host: the pod's slice above the process's own folder holds the tighter limit
+    root, proc = fake_cgroup(
+        tmp_path / "b",
+        "0::/kubepods/pod1/ctr\n",
+        {"kubepods/pod1/cpu.max": "100000 100000\n", "kubepods/pod1/ctr/cpu.max": "max 100000\n"},
+    )
+    assert available_cpus(root, proc) == 1
+    # cgroup v1: the cpu controller's quota and period, -1 meaning none
+    v1 = "4:memory:/x\n3:cpu,cpuacct:/ctr\n0::/\n"
+    root, proc = fake_cgroup(
+        tmp_path / "c",
+        v1,
+        {"cpu,cpuacct/ctr/cpu.cfs_quota_us": "50000\n", "cpu,cpuacct/ctr/cpu.cfs_period_us": "100000\n"},
+    )
+    assert available_cpus(root, proc) == 1
+    root, proc = fake_cgroup(
+        tmp_path / "d",
+        v1,
+        {"cpu,cpuacct/ctr/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/ctr/cpu.cfs_period_us": "100000\n"},
+    )
+    assert available_cpus(root, proc) == scheduled
+    # no cgroup files at all (another OS, a masked /sys): the CPUs the process may be scheduled on
+    assert available_cpus(tmp_path / "none", tmp_path / "none-proc") == scheduled
+    # a quota above the CPUs the process may run on does not raise it
+    root, proc = fake_cgroup(tmp_path / "e", "0::/\n", {"cpu.max": f"{100000 * (scheduled + 8)} 100000\n"})
+    assert available_cpus(root, proc) == scheduled
+
+
+def test_a_cpu_limit_sets_the_thread_defaults_and_the_tuning_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service import settings as settings_module
+    from service.tuning import candidate_sets
+
+    monkeypatch.setattr(settings_module, "available_cpus", lambda: 1)
+    monkeypatch.setattr("service.tuning.available_cpus", lambda: 1)
+    settings = Settings()
+    assert settings.intra_op_threads == 1 and settings.model_workers == 1
+    assert candidate_sets(settings, 128)["intra_op_threads"] == [1]
+    monkeypatch.setattr(settings_module, "available_cpus", lambda: 6)
+    monkeypatch.setattr("service.tuning.available_cpus", lambda: 6)
+    settings = Settings()
+    assert settings.intra_op_threads == 6 and settings.model_workers == 2
+    assert candidate_sets(settings, 128)["intra_op_threads"] == [1, 2, 4, 6]
