@@ -14,9 +14,10 @@ lacks):
   from one slowed behind the server's HTTP; (3) ``python -m service --device cuda`` serving the three fp16 bundles:
   top-1 agreement with the CPU on SST-2 dev and embedding cosines, then closed-loop HTTP load at c=1 / 32 / 128 (one
   input a request) and c=32 with 16 inputs a request; (4) the transformers pipeline on torch fp16 on the same card
-  (``benchmarks.gpu_torch``, its own process). Workloads: SST-2 dev sentences (MiniLM), and BERT-base on WikiText
-  pieces of exactly 128 and 512 tokens. ``--device cpu --base-size tiny`` is a smoke run of the script on a machine
-  without a GPU (its report goes to WORK_DIR/gpu-smoke).
+  (``benchmarks.gpu_torch``, its own process); (5) ``benchmarks.gpu_shapes``: what a batch of a shape not run before
+  costs on the service's session, with CUDA's kernels loaded lazily and eagerly, exact and bucketed. Workloads: SST-2
+  dev sentences (MiniLM), and BERT-base on WikiText pieces of exactly 128 and 512 tokens. ``--device cpu --base-size
+  tiny`` is a smoke run of the script on a machine without a GPU (its report goes to WORK_DIR/gpu-smoke).
 
     python -m benchmarks.gpu export --sst2-checkpoint DIR --work-dir /tmp/gpu
     python -m benchmarks.gpu measure --sst2-checkpoint DIR --work-dir /tmp/gpu --out benchmarks/results/gpu
@@ -43,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import raw_ort, servers
+from benchmarks import gpu_shapes, raw_ort, servers
 from benchmarks.datasets import read_sst2
 from benchmarks.gpu_report import markdown
 from benchmarks.overload_client import closed_loop, percentile
@@ -324,6 +325,12 @@ def measure(args: argparse.Namespace, results: dict[str, Any]) -> None:
             log.info("served %s: %s", name, results["served"][name])
             write(results, args.out)
         results["server_log_tail"] = server.log_path.read_text(errors="replace")[-4000:]
+    write(results, args.out)
+    if args.shape_calls:  # what a batch of a new shape costs on the service's session (benchmarks.gpu_shapes)
+        shapes_out = args.out.with_name(args.out.name + "-shapes")
+        gpu_shapes.main(["--bundle", str(work / SERVED["sst2"]), "--device", args.device,
+                         "--calls", str(args.shape_calls), "--out", str(shapes_out)])  # fmt: skip
+        results["shapes"] = json.loads(shapes_out.with_suffix(".json").read_text())
     if args.torch_from is not None:  # a run before this one on the same kind of card timed the same pipelines
         results["torch"] = {**json.loads(args.torch_from.read_text())["torch"], "from": str(args.torch_from)}
         return
@@ -370,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--raw-seconds", type=float, default=1.0, help="seconds per raw batch size and for batch 1")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: a smoke run of the script")
     parser.add_argument("--base-size", choices=("base", "tiny"), default="base", help="tiny: a smoke run")
+    parser.add_argument("--shape-calls", type=int, default=300, help="batches of the new-shape study (0: skip it)")
     parser.add_argument("--torch-from", type=Path, help="take the torch pipeline's figures from this earlier report")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -86,6 +86,10 @@ def markdown(results: dict[str, Any]) -> str:
     if results.get("served_models"):
         lines += ["Served models (device, tuned batching):", ""]
         lines += [f"- {name}: {facts}" for name, facts in results["served_models"].items()] + [""]
+    if results.get("shapes"):
+        from benchmarks.gpu_shapes import markdown as shapes_markdown
+
+        lines += ["#" + shapes_markdown(results["shapes"])]
     return "\n".join(lines) + "\n"
 
 
