@@ -34,15 +34,19 @@ def _cgroup_quota_cpus(root: Path, proc_cgroup: Path) -> float | None:
     """The tightest CPU quota on this process's cgroup and its parents, as CPUs (None: no quota).
 
     cgroup v2 keeps ``cpu.max`` ("<quota> <period>") in each folder of the unified tree; v1 keeps
-    ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` under the cpu controller's tree. In a container the
-    process's path is ``/`` of a namespaced tree mounted at ``root``, which is the container's own limit."""
+    ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` under the cpu controller's tree. In a container ``root``
+    is the container's own cgroup: its path is ``/`` there, or the host's path (v1 without a cgroup namespace), a
+    folder that does not exist under ``root``, whose walk up reaches ``root`` itself."""
     try:
         lines = proc_cgroup.read_text().splitlines()
     except OSError:
         return None
     found: list[float] = []
     for line in lines:
-        _, controllers, path = line.split(":", 2)
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
         files: tuple[str, ...]
         if controllers == "":
             base, files = root, ("cpu.max",)

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import threading
 import time
@@ -17,7 +16,7 @@ from service.batch_rows import MAX_TOKEN_OUTPUT_BYTES, batch_policy
 from service.engine import Engine
 from service.errors import BadRequest, NotReady
 from service.prepare_stage import input_chars
-from service.settings import Settings
+from service.settings import Settings, available_cpus
 from service.tasks import ClassificationParams, QAInput, TokenClassificationParams
 from tests.service.apptools import GatedRunner
 from tests.service.tiny_models import CLASSIFICATION_LABELS, TinyModel
@@ -203,8 +202,8 @@ def test_two_workers_run_batches_at_once_on_one_session(
 def test_by_default_a_lone_batch_runs_on_every_core(text_classification_model: TinyModel) -> None:
     engine = Engine.from_bundle(text_classification_model.bundle, Settings(tune=False))  # type: ignore[call-arg]
     options = engine.pool.runner.session.get_session_options()  # type: ignore[attr-defined]
-    assert options.intra_op_num_threads == (os.cpu_count() or 1)
-    assert engine.info.batching["parallel_runs"] == (1 if (os.cpu_count() or 1) > 1 else len(engine.workers))
+    assert options.intra_op_num_threads == available_cpus()
+    assert engine.info.batching["parallel_runs"] == (1 if available_cpus() > 1 else len(engine.workers))
 
 
 def test_one_parallel_run_lets_the_second_worker_wait_for_the_first(text_classification_model: TinyModel) -> None:

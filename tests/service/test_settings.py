@@ -181,6 +181,13 @@ def test_available_cpus_take_the_tightest_cgroup_quota_rounded_up(tmp_path: Path
         {"cpu,cpuacct/ctr/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/ctr/cpu.cfs_period_us": "100000\n"},
     )
     assert available_cpus(root, proc) == scheduled
+    # v1 without a cgroup namespace: the host's path is not under the container's mount, whose root is its limit
+    root, proc = fake_cgroup(
+        tmp_path / "f",
+        "garbage line\n3:cpu,cpuacct:/machine.slice/libpod-1.scope\n",
+        {"cpu,cpuacct/cpu.cfs_quota_us": "100000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"},
+    )
+    assert available_cpus(root, proc) == 1
     # no cgroup files at all (another OS, a masked /sys): the CPUs the process may be scheduled on
     assert available_cpus(tmp_path / "none", tmp_path / "none-proc") == scheduled
     # a quota above the CPUs the process may run on does not raise it
