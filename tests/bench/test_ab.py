@@ -77,8 +77,9 @@ def test_a_long_load_sends_inputs_of_the_asked_tokens(monkeypatch: pytest.Monkey
     assert {body["model"] for body in load.bodies} == {"big"}
 
 
-def test_tokens_go_with_the_classification_load_only() -> None:
+def test_tokens_go_with_the_classification_load_only(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks.ab import main
 
     with pytest.raises(SystemExit):
         main(["--model", "m=.", "--tree", "a=.", "--tree", "b=.", "--task", "squad", "--tokens", "128", "--out", "x"])
+    assert "--tokens goes with the text-classification load" in capsys.readouterr().err
