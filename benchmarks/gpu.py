@@ -11,7 +11,8 @@ lacks):
   loop over each fp16 bundle (tokenize, sort every input by length, pad, run: the best batch size of a sweep, and
   the median batch-1 call), then the service's own engine in this process on the card, no HTTP (c=1 and c=32: rows
   and model time per batch, ``benchmarks.studies.core_floor``), which tells a batch slowed in the service's session
-  from one slowed behind the server's HTTP; (3) ``python -m service --device cuda`` serving the three fp16 bundles:
+  from one slowed behind the server's HTTP, and c=32 with batches padded to the service's shape buckets (its GPU
+  default) against batches run as they form; (3) ``python -m service --device cuda`` serving the three fp16 bundles:
   top-1 agreement with the CPU on SST-2 dev and embedding cosines, then closed-loop HTTP load at c=1 / 32 / 128 (one
   input a request) and c=32 with 16 inputs a request; (4) the transformers pipeline on torch fp16 on the same card
   (``benchmarks.gpu_torch``, its own process); (5) ``benchmarks.gpu_shapes``: what a batch of a shape not run before
@@ -185,10 +186,18 @@ def raw_loop(bundle: Path, texts: list[str], seconds: float, device: str) -> dic
 def core_points(bundle: Path, model: str, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """The service's engine in this process on the device, no HTTP (``benchmarks.studies.core_floor``): closed-loop
     clients at c=1 and c=32, one input a request, with its batches' rows and time inside the model. Beside the raw
-    loop and the server, it says whether a batch is slower in the service's session or only behind its HTTP."""
+    loop and the server, it says whether a batch is slower in the service's session or only behind its HTTP. Then
+    c=32 again with batches run as they form (``exact-c32``: ``--no-shape-buckets``) against batches padded to the
+    service's shape buckets, every bucket run once at start-up (``--shape-buckets``, the default on a GPU; on a CPU
+    the smoke times the padding alone): whether a new shape's set-up slows a batch."""
     bodies = [json.dumps({"model": model, "inputs": text, "truncation": True}).encode() for text in texts]
-    points = asyncio.run(core_floor.measure_core(bundle, "sst2", [1, 32], args.duration, None, args.device, bodies))
-    return {f"c{point.pop('concurrency')}": point for point in points}
+    points: dict[str, Any] = {}
+    for prefix, buckets, concurrencies in (("", True, [1, 32]), ("exact-", False, [32])):
+        extra = {"shape_buckets": buckets}
+        got = asyncio.run(core_floor.measure_core(bundle, "sst2", concurrencies, args.duration, None, args.device,
+                                                  bodies, extra))  # fmt: skip
+        points.update({f"{prefix}c{point.pop('concurrency')}": point for point in got})
+    return points
 
 
 def batch_counters(port: int, model: str) -> dict[str, float]:

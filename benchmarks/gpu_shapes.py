@@ -7,9 +7,10 @@ batches of SST-2 sentences bring ever new (rows, tokens) shapes. This study runs
 session options and IOBinding, one intra-op thread as tuning picks on a GPU) on batches as a server forms them
 (random rows of SST-2 dev, 1 to ``--max-rows`` of them): a batch of a shape not seen before is run twice, and its
 first call against its second is what a new shape costs; batches of shapes seen before are timed once. Two
-variants: the batch as padded (``exact``), and padded up to buckets (``buckets``: tokens to a multiple of 16, rows to
-a power of two). Each runs in its own process, once as CUDA loads kernels by default (lazily, on first use) and once
-with ``CUDA_MODULE_LOADING=EAGER``; each prints one JSON line. On a CPU a new shape costs nothing extra (the smoke).
+variants: the batch as padded (``exact``), and padded up to the service's buckets (``buckets``: rows and tokens each
+rounded up to 1, 2, 3, 4, 6, 8, 12, ..., tokens at least 16: ``service.shape_buckets``, on a GPU by default). Each
+runs in its own process, once as CUDA loads kernels by default (lazily, on first use) and once with
+``CUDA_MODULE_LOADING=EAGER``; each prints one JSON line. On a CPU a new shape costs nothing extra (the smoke).
 
     python -m benchmarks.gpu_shapes --bundle /tmp/gpu/sst2-fp16 --device cuda --out /tmp/gpu/report/gpu-shapes
     python -m benchmarks.gpu_shapes --bundle benchmarks/scratch/sst2-fp32 --device cpu --calls 200   # smoke
@@ -29,24 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 log = logging.getLogger("benchmarks.gpu_shapes")
-TOKEN_BUCKET = 16
 MODULE_LOADING = ("default", "EAGER")
-
-
-def bucketed(feeds: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
-    """The batch padded up to its bucket: tokens to a multiple of 16, rows to a power of two (padding rows and
-    positions carry attention 0, so real rows' answers do not change)."""
-    rows, tokens = feeds["input_ids"].shape
-    to_rows, to_tokens = 1 << (rows - 1).bit_length(), -(-tokens // TOKEN_BUCKET) * TOKEN_BUCKET
-    grown = {}
-    for name, array in feeds.items():
-        fill = pad_id if name == "input_ids" else 0
-        grown[name] = np.full((to_rows, to_tokens), fill, dtype=array.dtype)
-        grown[name][:rows, :tokens] = array
-    return grown
 
 
 def summary(seconds: list[float]) -> dict[str, Any]:
@@ -69,6 +54,7 @@ def one_variant(args: argparse.Namespace) -> dict[str, Any]:
     from contract.onnx_io import PaddedRows
     from service.device import CPU, Device
     from service.sessions import OrtRunner
+    from service.shape_buckets import ShapeBuckets
 
     graph = onnx.load(str(args.bundle / "model.onnx"), load_external_data=False).graph
     outputs = tuple(output.name for output in graph.output)
@@ -77,6 +63,7 @@ def one_variant(args: argparse.Namespace) -> dict[str, Any]:
     tokenizer = raw_ort.bundle_tokenizer(args.bundle, "text-classification")
     texts = [row.text for row in read_sst2("dev")]
     encodings = tokenizer.tokenizer.encode_batch(texts)
+    buckets = ShapeBuckets(tokenizer.pad_id, tokenizer.max_length)
     rng = random.Random(args.seed)
     runner.run(raw_ort.pad_rows([(e.ids, e.type_ids) for e in encodings[:8]], tokenizer.pad_id))
     seen: set[tuple[int, ...]] = set()
@@ -88,7 +75,7 @@ def one_variant(args: argparse.Namespace) -> dict[str, Any]:
         chosen = rng.sample(encodings, rng.randint(1, args.max_rows))
         batch = raw_ort.pad_rows([(e.ids, e.type_ids) for e in chosen], tokenizer.pad_id)
         if args.variant == "buckets":
-            batch = PaddedRows(bucketed(batch.feeds, tokenizer.pad_id), batch.lengths)
+            batch = PaddedRows(buckets.pad(batch.feeds), batch.lengths)
         shape = tuple(batch.input_ids.shape)
         began = time.perf_counter()
         runner.run(batch)

@@ -44,6 +44,7 @@ from service.prepare_stage import (
 from service.runtime import BatchObserver, Lane, Worker
 from service.sessions import ModelRunner, token_output_width
 from service.settings import Settings
+from service.shape_buckets import ShapeBuckets
 from service.supervision import WorkerPool
 from service.tasks import BY_TASK
 from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler, TaskUnit
@@ -210,11 +211,23 @@ class Engine:
         deadline_s = max(self.settings.timeout_s, WARM_UP_DEADLINE_S)  # a first call's set-up is no request's cost
         await self.batcher.run([ModelRow(ids, np.zeros_like(ids))], deadline_s)
         if self.rate_of is None:
-            await self.batcher.run(self._rate_probe(), deadline_s)
             loop = asyncio.get_running_loop()
+            buckets = getattr(self.lane.runner, "buckets", None)
+            if buckets is not None and self.device.is_cuda:  # before the rate probe: it times a warm shape
+                await loop.run_in_executor(self._executor, self._warm_buckets, buckets)
+            await self.batcher.run(self._rate_probe(), deadline_s)
             await loop.run_in_executor(self._executor, seed_rate, self._ledger, ctx.tokenizer)
         else:  # a LoRA adapter costs what its base costs: no probe batch, and its base seeds their one ledger
             self.batcher.rate.adopt(self.rate_of.batcher.rate)
+
+    def _warm_buckets(self, buckets: ShapeBuckets) -> None:
+        """Run each batch shape this model's batches can be padded to once, before it serves (on a GPU a first run
+        sets a shape up: ``service.shape_buckets``)."""
+        started, ctx, policy = time.perf_counter(), self.context, self.batcher.policy
+        done, total = buckets.warm_up(self.lane.runner, ctx.cls_token_id, ctx.sep_token_id, policy.max_batch_size,
+                                      policy.max_batch_tokens)  # fmt: skip
+        logger.info("model %s: ran %d of its %d batch shapes once in %.1f s", self.name, done, total,
+                    time.perf_counter() - started)  # fmt: skip
 
     def _rate_probe(self) -> list[ModelRow]:
         """Rows of the longest length the model takes, enough for one batch of ``rate.min_tokens``."""

@@ -16,6 +16,7 @@ from service.batch_rows import MAX_TOKEN_OUTPUT_BYTES
 from service.device import Device, DeviceUnavailable, resolve_device
 from service.sessions import ModelRunner, OrtRunner, SplitRunner, token_output_width
 from service.settings import Settings
+from service.shape_buckets import ShapeBuckets
 from service.tasks import HANDLERS, unit_of
 from service.tasks.base import ModelContext, TaskHandler
 from service.tuning import BatchingChoice, tune_runner
@@ -57,6 +58,12 @@ class LoadedModel:
     device: Device
 
 
+def shape_buckets(settings: Settings, device: Device, context: ModelContext) -> ShapeBuckets | None:
+    """The buckets batches are padded to (``--shape-buckets``; by default on a GPU only), or None."""
+    wanted = device.is_cuda if settings.shape_buckets is None else settings.shape_buckets
+    return ShapeBuckets(context.pad_token_id, context.max_length) if wanted else None
+
+
 def load_model(
     path: Path | str,
     settings: Settings,
@@ -78,10 +85,11 @@ def load_model(
     # on a GPU the CPU threads only run the few operators CUDA lacks: one, unless set
     own_threads = device.is_cuda and "intra_op_threads" not in settings.model_fields_set
     first_threads = 1 if own_threads else settings.intra_op_threads
+    buckets = shape_buckets(settings, device, context)
 
     def make_runner(threads: int = first_threads, spin: bool = spin) -> OrtRunner:
         try:
-            return OrtRunner(bundle.model_path, outputs, threads, spin, device)
+            return OrtRunner(bundle.model_path, outputs, threads, spin, device, buckets)
         except DeviceUnavailable:
             raise
         except Exception as exc:
@@ -96,7 +104,9 @@ def load_model(
     if settings.tunes():
         width = token_output_width(first, task_spec(bundle.spec.task).token_level)
         cap = MAX_TOKEN_OUTPUT_BYTES // (4 * width) if width else None
-        tuned, batching = tune_runner(name, bundle.model_path, outputs, context, first, settings, cap, build_s, device)
+        tuned, batching = tune_runner(
+            name, bundle.model_path, outputs, context, first, settings, cap, build_s, device, buckets
+        )
         # the tuner's sessions keep the arena their largest trial batch grew: serve on fresh ones
         reusable = None
         del tuned, first

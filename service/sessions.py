@@ -28,6 +28,7 @@ import onnxruntime as ort
 
 from contract.onnx_io import PaddedRows, ort_session
 from service.device import CPU, Device, check_session_device
+from service.shape_buckets import ShapeBuckets
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,9 @@ class OrtRunner:
     """One onnxruntime InferenceSession, on the CPU or on a CUDA GPU.
 
     On a GPU a batch is bound with IOBinding: the padded inputs go to the device once, every operator runs there,
-    and the outputs come back once; fp16 graphs keep float32 outputs (export's keep_io_types), cast here if not."""
+    and the outputs come back once; fp16 graphs keep float32 outputs (export's keep_io_types), cast here if not.
+    ``buckets``: each batch runs padded up to its bucket's shape and only its own rows come back
+    (``service.shape_buckets``: on a GPU by default)."""
 
     def __init__(
         self,
@@ -88,8 +91,10 @@ class OrtRunner:
         intra_op_threads: int,
         spin: bool = False,
         device: Device = CPU,
+        buckets: ShapeBuckets | None = None,
     ) -> None:
         self.device = device
+        self.buckets = buckets
         self._bound = device.is_cuda  # read per batch: a plain attribute
         if device.is_cuda:
             self.session = ort_session(model_path, threads=intra_op_threads, spin=spin, providers=device.providers())
@@ -125,7 +130,13 @@ class OrtRunner:
         return runner
 
     def run(self, batch: PaddedRows) -> dict[str, np.ndarray]:
-        feeds = batch.feeds
+        if self.buckets is None:
+            return self._run_feeds(batch.feeds)
+        rows = len(batch.lengths)
+        outputs = self._run_feeds(self.buckets.pad(batch.feeds))
+        return {name: array[:rows] for name, array in outputs.items()}
+
+    def _run_feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._bound:
             return self._run_bound(feeds)
         ids = feeds["input_ids"]

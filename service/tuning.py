@@ -47,6 +47,7 @@ from contract.onnx_io import PaddedRows
 from service.device import CPU, Device, cuda_free_memory
 from service.sessions import ModelRunner, OrtRunner
 from service.settings import TUNED_SETTINGS, Settings, available_cpus
+from service.shape_buckets import ShapeBuckets
 from service.tasks.base import ModelContext
 from service.tuning_probes import (
     THREADS_PROBE_ROWS,
@@ -389,15 +390,16 @@ def tune_runner(
     max_tokens_cap: int | None = None,
     build_s: float = 0.0,
     device: Device = CPU,
+    buckets: ShapeBuckets | None = None,
 ) -> tuple[ModelRunner, BatchingChoice]:
     """Tune one loaded model (before its worker starts); returns the runner to serve with and the choice.
-    ``build_s``: how long ``runner``'s session took to build."""
+    ``build_s``: how long ``runner``'s session took to build; ``buckets``: the shapes its batches are padded to."""
     candidates = candidate_sets(settings, context.max_length, max_tokens_cap, device)
     memory = None
     if device.is_cuda:
         memory = GpuMemory(lambda: (cuda_free_memory(device.index) or (None, 0))[0])
     tuner = Tuner(
-        lambda threads: OrtRunner(model_path, outputs, threads, bool(settings.intra_op_spinning), device),
+        lambda threads: OrtRunner(model_path, outputs, threads, bool(settings.intra_op_spinning), device, buckets),
         context.cls_token_id,
         context.sep_token_id,
         context.tokenizer.get_vocab_size(),

@@ -107,10 +107,11 @@ async def measure_core(
     overhead_tokens: float | None,
     device: str | None = None,
     bodies: list[bytes] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The core's closed-loop points on ``device`` (None: the settings' default, ``BERTSERVE_DEVICE`` or cpu);
-    ``bodies``: the requests to send (default: the load's own)."""
-    chosen: dict[str, Any] = {} if device is None else {"device": device}
+    ``bodies``: the requests to send (default: the load's own); ``extra``: more settings."""
+    chosen: dict[str, Any] = {**(extra or {})} if device is None else {**(extra or {}), "device": device}
     if overhead_tokens is not None:
         chosen["batch_overhead_tokens"] = overhead_tokens
     settings = Settings(**chosen)

@@ -17,15 +17,18 @@ def results(with_core: bool = True) -> dict:
     if with_core:
         found["core"] = {"base-128": {"c1": {"sequences_per_s": 500.0, "rows_per_batch": 1.0, "model_ms_per_row": 1.5},
                                       "c32": {"sequences_per_s": 4000.0, "rows_per_batch": 30.0,
-                                              "model_ms_per_row": 0.2}}}  # fmt: skip
+                                              "model_ms_per_row": 0.2},
+                                      "exact-c32": {"sequences_per_s": 900.0, "rows_per_batch": 28.0,
+                                                    "model_ms_per_row": 1.1}}}  # fmt: skip
     return found
 
 
 def test_the_engine_row_puts_each_contexts_model_time_a_row_side_by_side() -> None:
-    row = core_lines(results())[4]
+    row = core_lines(results())[6]
     cells = [cell.strip() for cell in row.strip("|").split("|")]
-    # raw: 1000 / 8,000 seq/s at batch 32; served: 71 ms / 32 rows a batch
-    assert cells == ["base-128", "0.125", "500.0", "4,000.0", "30.0", "0.200", "1,260.0", "32.0", "2.219"]
+    # raw: 1000 / 8,000 seq/s at batch 32; bucketed engine, then exact; served: 71 ms / 32 rows a batch
+    assert cells == ["base-128", "0.125", "500.0", "4,000.0", "30.0", "0.200", "900.0", "28.0", "1.100", "1,260.0",
+                     "32.0", "2.219"]  # fmt: skip
 
 
 def test_without_engine_points_the_report_has_no_engine_section() -> None:

@@ -1,26 +1,11 @@
-"""benchmarks.gpu_shapes: a bucketed batch is the batch, grown to its bucket with rows and positions that attend to
-nothing; and the study runs on the CPU end to end (the card's run is the same code on CUDA)."""
+"""benchmarks.gpu_shapes: its figures and its report (the padding it times is the service's own:
+tests/service/test_shape_buckets.py)."""
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
-
-from benchmarks.gpu_shapes import bucketed, markdown, summary
-from contract.onnx_io import pad_rows
-
-
-def test_a_bucketed_batch_keeps_its_rows_and_grows_with_padding_only() -> None:
-    rows = [([101, 7, 8, 102], [0, 0, 0, 0]), ([101, 9, 102], [0, 0, 0]), ([101, 5, 6, 7, 8, 102], [0] * 6)]
-    padded = pad_rows(rows, pad_token_id=0)
-    grown = bucketed(padded.feeds, pad_id=0)
-    assert grown["input_ids"].shape == (4, 16)  # 3 rows -> 4, 6 tokens -> 16
-    for name, array in padded.feeds.items():
-        assert np.array_equal(grown[name][:3, :6], array)
-        assert not grown[name][3:].any() and not grown[name][:, 6:].any()
-    exact = pad_rows(rows[:2] * 4, pad_token_id=0)  # 8 rows of 4 tokens: rows already a power of two
-    assert bucketed(exact.feeds, pad_id=0)["input_ids"].shape == (8, 16)
+from benchmarks.gpu_shapes import markdown, summary
 
 
 def test_summary_splits_nothing_when_there_are_no_calls() -> None:
