@@ -42,11 +42,13 @@ from service.api.entry import Decoded, InferenceRoute, Reply
 from service.api.protocols import INFERENCE_ROUTES
 from service.core import InferenceRequest, InferenceResult
 from service.engine import Engine
+from service.errors import Overloaded
 from service.runtime import BatchStats
 from service.settings import Settings
 
 log = logging.getLogger("benchmarks.studies.core_floor")
 WARMUP_S = 2.0
+RETRY_S = 0.01  # after a 429 (Overloaded) at the door
 
 
 @dataclass
@@ -76,7 +78,9 @@ def route_of(path: str) -> InferenceRoute:
 
 
 async def closed_loop(engine: Engine, route: InferenceRoute, bodies: list[bytes], clients: int, seconds: float) -> int:
-    """``clients`` callers, each sending the next body as soon as its last one is answered; requests answered."""
+    """``clients`` callers, each sending the next body as soon as its last one is answered; requests answered. A
+    request refused at the door (Overloaded, HTTP's 429: a first burst of long inputs while the prepare stage still
+    calibrates) is sent again after ``RETRY_S``, as a client honouring 429 would."""
     assert route.body is not None
     body_model = route.body
     done = 0
@@ -88,7 +92,11 @@ async def closed_loop(engine: Engine, route: InferenceRoute, bodies: list[bytes]
         while time.perf_counter() < stop_at:
             decoded = Decoded(validated_json_body(body_model, bodies[index % len(bodies)], JSON_MEDIA_TYPE))
             request = InferenceRequest.of(decoded.request)
-            results = await engine.infer(request.inputs, request.params)
+            try:
+                results = await engine.infer(request.inputs, request.params)
+            except Overloaded:
+                await asyncio.sleep(RETRY_S)
+                continue
             reply = route.answer(decoded, InferenceResult(engine.name, results))
             if not isinstance(reply, Reply):
                 encode_json(reply)
