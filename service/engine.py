@@ -185,6 +185,7 @@ class Engine:
                 **self.batching.to_json(),
                 "workers": len(self.workers),
                 "parallel_runs": self.pool.parallel_runs,
+                "shape_buckets": getattr(self.lane.runner, "buckets", None) is not None,
             },
             quantization_eval=dict(spec.quantization_eval),
         )

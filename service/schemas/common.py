@@ -82,6 +82,11 @@ class Batching(SentInFull):
         description="The threads of a batch that runs on every intra-op thread spin between its operators until the "
         "run ends (no other run beside it: a small model's lone batches, a larger model's one-at-a-time batches).",
     )
+    shape_buckets: bool = Field(
+        False,
+        description="Each batch runs padded up to one of a few shapes, every one of them run once at start-up "
+        "(--shape-buckets; by default on a GPU).",
+    )
 
 
 class QuantizationEval(SentInFull):

@@ -161,6 +161,7 @@ def test_an_engine_on_a_gpu_runs_every_bucket_before_it_serves(text_classificati
     assert shown["gpu"][1 : 1 + len(warm)] == warm  # after the first warm-up batch, before the rate probe
     assert len(shown["cpu"]) == len(shown["gpu"]) - len(warm)  # a CPU session is not warmed
     assert answers["cpu"] == answers["gpu"]
+    assert engine.info.batching["shape_buckets"] is True  # /v1/models says so
     assert all(buckets.shape(*shape) == shape for shape in shown["cpu"])  # every batch ran at a bucket's shape
 
 

@@ -126,7 +126,12 @@ def test_models_and_metrics_show_the_batching_and_the_int8_figures(
             return card, app.state.registry.engines["tc"], (await client.get("/metrics")).text
 
     card, engine, metrics = asyncio.run(main())
-    assert card["batching"] == {**engine.batching.to_json(), "tuned": True, "workers": len(engine.workers)}
+    assert card["batching"] == {
+        **engine.batching.to_json(),
+        "tuned": True,
+        "workers": len(engine.workers),
+        "shape_buckets": False,
+    }
     assert card["quantization_eval"] == {key: value for key, value in figures.items() if key != "data_sha256"}
     for name in TUNED_SETTINGS:
         value = float(getattr(engine.batching, name))
