@@ -38,6 +38,7 @@ from benchmarks import servers
 from benchmarks.datasets import SCRATCH_DIR
 from benchmarks.loads import bertserve_loads, bertserve_path
 from benchmarks.overload_client import closed_loop as http_closed_loop
+from benchmarks.overload_client import percentile
 from benchmarks.report import tree_commit
 from benchmarks.studies.core_floor import WARMUP_S, Shapes, closed_loop, route_of
 from contract.onnx_io import PaddedRows
@@ -149,18 +150,23 @@ def measure_served(args: argparse.Namespace) -> list[dict[str, Any]]:
         with servers.running("stand-in", command, port, "/health/ready", LOG_DIR) as server:
             for clients in args.concurrency:
                 counters, cpu = batch_counters(port, "sst2"), servers.session_cpu_seconds(server.pid)
+                started = time.perf_counter()
                 rate, tally = asyncio.run(http_closed_loop("127.0.0.1", port, ROUTE, bodies, clients, WARMUP_S,
                                                            args.duration))  # fmt: skip
                 requests = sum(tally.statuses.values())
                 inside = batch_figures(counters, batch_counters(port, "sst2"), servers.session_cpu_seconds(server.pid)
                                        - cpu, requests)  # fmt: skip
                 rows = inside["rows_per_batch"] or 0.0
+                latencies = [latency for latency, end in zip(tally.admitted_latencies, tally.admitted_finished,
+                                                             strict=True) if end > started + WARMUP_S]  # fmt: skip
+                p50 = percentile(latencies, 0.5)
                 points.append({
                     "transport": "served", "switch_interval_ms": interval, "concurrency": clients,
                     "sequences_per_s": round(rate or 0.0, 1), "rows_per_batch": rows,
                     "worker_ms_per_batch": inside["run_ms_per_batch"] or 0.0,
                     "device_ms_per_batch": round(args.device_ms + args.row_ms * rows, 3),
                     "cpu_ms_per_request": inside["server_cpu_ms_per_request"] or 0.0,
+                    "p50_ms": None if p50 is None else round(1000 * p50, 3),
                 })  # fmt: skip
                 log.info("%s", points[-1])
     return points
@@ -179,6 +185,8 @@ def medians(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for figure in ("sequences_per_s", "rows_per_batch", "worker_ms_per_batch", "device_ms_per_batch",
                        "cpu_ms_per_request"):  # fmt: skip
             row[figure] = statistics.median(point[figure] for point in found)
+        p50s = [point["p50_ms"] for point in found if point.get("p50_ms") is not None]
+        row["p50_ms"] = statistics.median(p50s) if p50s else None
         rows.append(row)
     return rows
 
@@ -195,18 +203,19 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['load_avg']['end']}.",
         "",
         "| transport | switch interval | c | seq/s | rows/batch | worker ms/batch | device ms/batch | worker - device "
-        "| seq/s if a batch took its device time | CPU ms/request |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| seq/s if a batch took its device time | CPU ms/request | p50 ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in report["medians"]:
         device = row["device_ms_per_batch"]
         ideal = row["rows_per_batch"] * report["parallel_runs"] / device * 1000 if device else None
+        p50 = row.get("p50_ms")
         lines.append(
             f"| {row['transport']} | {row['switch_interval_ms']:g} ms | {row['concurrency']} "
             f"| {row['sequences_per_s']:,.1f} "
             f"| {row['rows_per_batch']:.1f} | {row['worker_ms_per_batch']:.2f} | {device:.2f} "
             f"| {row['worker_ms_per_batch'] - device:+.2f} | {'-' if ideal is None else f'{ideal:,.0f}'} "
-            f"| {row['cpu_ms_per_request']:.2f} |"
+            f"| {row['cpu_ms_per_request']:.2f} | {'-' if p50 is None else f'{p50:.2f}'} |"
         )
     return "\n".join(lines) + "\n"
 
