@@ -122,4 +122,13 @@ def load_model(
             return SplitRunner(make_runner(threads, spin=batching.spin_runs), make_runner(1, spin=False))
 
     runner = reusable if reusable is not None and not batching.split_threads else fresh()
-    return LoadedModel(name, bundle, handler, context, runner, fresh, batching, device)
+    replacement = fresh
+    if buckets is not None and device.is_cuda:  # the engine's warm-up covers the first session, not a replacement
+
+        def replacement() -> ModelRunner:
+            session = fresh()
+            limits = (batching.max_batch_size, batching.max_batch_tokens)
+            buckets.warm_up(session, context.cls_token_id, context.sep_token_id, *limits)
+            return session
+
+    return LoadedModel(name, bundle, handler, context, runner, replacement, batching, device)

@@ -11,6 +11,7 @@ import pytest
 from contract.bundle import read_bundle
 from contract.onnx_io import PaddedRows, pad_rows
 from contract.tasks import task_spec
+from service import engine_load
 from service.device import CPU, Device
 from service.engine import Engine
 from service.engine_load import load_context, shape_buckets
@@ -186,3 +187,25 @@ def test_served_answers_do_not_change_with_buckets(tiny_models: dict[str, TinyMo
                 {k: v for k, v in item.items() if k != "score"} for item in padded
             ]
             np.testing.assert_allclose([item["score"] for item in plain], [item["score"] for item in padded], atol=1e-5)
+
+
+class BuiltRunner(Recorder):
+    """Stands in for a session ``load_model`` builds (a CUDA one cannot be built here): records what runs on it."""
+
+    def __init__(self, *args: object, buckets: ShapeBuckets | None = None) -> None:
+        super().__init__()
+        self.buckets = args[5] if len(args) > 5 else buckets
+
+
+@pytest.mark.parametrize("device", [Device("cuda", 0), CPU])
+def test_a_replacement_session_on_a_gpu_runs_every_bucket_before_it_serves(
+    text_classification_model: TinyModel, monkeypatch: pytest.MonkeyPatch, device: Device
+) -> None:
+    monkeypatch.setattr(engine_load, "OrtRunner", BuiltRunner)
+    settings = Settings(tune=False, max_batch_size=8, max_batch_tokens=512, shape_buckets=True)
+    got = engine_load.load_model(text_classification_model.bundle, settings, device=device)
+    assert isinstance(got.runner, BuiltRunner) and got.runner.shapes == []  # the engine's start warms this one
+    replacement = got.fresh()
+    assert isinstance(replacement, BuiltRunner)
+    warm = ShapeBuckets(got.context.pad_token_id, 128).shapes(8, 512)
+    assert replacement.shapes == (warm if device.is_cuda else [])
