@@ -15,7 +15,8 @@ lacks):
   default) against batches run as they form; (3) ``python -m service --device cuda`` serving the three fp16 bundles:
   top-1 agreement with the CPU on SST-2 dev and embedding cosines, then closed-loop HTTP load at c=1 / 32 / 128 (one
   input a request) and c=32 with 16 inputs a request; (4) the transformers pipeline on torch fp16 on the same card
-  (``benchmarks.gpu_torch``, its own process); (5) ``benchmarks.gpu_shapes``: what a batch of a shape not run before
+  (``benchmarks.gpu_torch``, its own process); (4b) ``benchmarks.gpu_processes``: 2 and 4 servers on the one card,
+  each loaded by its own client process, summed; (5) ``benchmarks.gpu_shapes``: what a batch of a shape not run before
   costs on the service's session, with CUDA's kernels loaded lazily and eagerly, exact and bucketed. Workloads: SST-2
   dev sentences (MiniLM), and BERT-base on WikiText pieces of exactly 128 and 512 tokens. ``--device cpu --base-size
   tiny`` is a smoke run of the script on a machine without a GPU (its report goes to WORK_DIR/gpu-smoke).
@@ -45,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import gpu_shapes, raw_ort, servers
+from benchmarks import gpu_processes, gpu_shapes, raw_ort, servers
 from benchmarks.datasets import read_sst2
 from benchmarks.gpu_report import markdown
 from benchmarks.overload_client import closed_loop, percentile
@@ -335,6 +336,12 @@ def measure(args: argparse.Namespace, results: dict[str, Any]) -> None:
             write(results, args.out)
         results["server_log_tail"] = server.log_path.read_text(errors="replace")[-4000:]
     write(results, args.out)
+    if args.processes:  # more than one serving process on the card (benchmarks.gpu_processes)
+        models = {name: work / SERVED[name] for name in ("sst2", "base")}
+        chosen = {name: loads[name] for name in ("sst2", "base-128")}
+        results["processes"] = gpu_processes.measure(models, chosen, args.processes, args.device, args.warmup,
+                                                     args.duration, work / "logs")  # fmt: skip
+        write(results, args.out)
     if args.shape_calls:  # what a batch of a new shape costs on the service's session (benchmarks.gpu_shapes)
         shapes_out = args.out.with_name(args.out.name + "-shapes")
         gpu_shapes.main(["--bundle", str(work / SERVED["sst2"]), "--device", args.device,
@@ -370,6 +377,10 @@ def write(results: dict[str, Any], out: Path) -> None:
     out.with_suffix(".md").write_text(markdown(results))
 
 
+def server_counts(text: str) -> list[int]:
+    return [int(count) for count in text.split(",") if count.strip() not in ("", "0")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", choices=("export", "measure"))
@@ -388,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-size", choices=("base", "tiny"), default="base", help="tiny: a smoke run")
     parser.add_argument("--shape-calls", type=int, default=300, help="batches of the new-shape study (0: skip it)")
     parser.add_argument("--torch-from", type=Path, help="take the torch pipeline's figures from this earlier report")
+    parser.add_argument("--processes", type=server_counts, default=[2, 4],
+                        help="server counts of the several-processes step (0: skip it)")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.work_dir.mkdir(parents=True, exist_ok=True)

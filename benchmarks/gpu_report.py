@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.gpu_processes import markdown_lines as processes_lines
+
 TARGETS = (
     "served throughput at c>=32 >= 0.9x the raw CUDA loop (best batch)",
     "c=1 p50 within 1 ms of the raw batch-1 call",
@@ -83,6 +85,7 @@ def markdown(results: dict[str, Any]) -> str:
         lines += ["Raw sweeps (batch size: sequences/s):", ""]
         lines += [f"- {name}: {figures['sweep']}" for name, figures in raw.items()] + [""]
     lines += core_lines(results)
+    lines += processes_lines(results)
     if results.get("served_models"):
         lines += ["Served models (device, tuned batching):", ""]
         lines += [f"- {name}: {facts}" for name, facts in results["served_models"].items()] + [""]
