@@ -4,12 +4,12 @@
 fast (2 cores, a stand-in device: ~2,700 one-input requests/s where the device time allowed ~38,000), and the H200's
 server saturated at 400-1,600 requests/s while the GPU idled. The product serves from one process; before it grows
 more, this measures what they would give on the card: ``--processes`` independent ``python -m service`` servers
-(``--device cuda``, the SST-2 and BERT-base fp16 bundles, each its own CUDA context, tuned and warmed up one after
-another), then one client process per server, each a closed loop of c=128 / n one-input requests, for n = each of
-``--processes``' counts (the first n servers), on SST-2 sentences and on 128-token pieces. The figure is the
-servers' summed sequences/s beside the one-server c=128 point of the same run. What it leaves out, a real
-multi-process server would have to settle: one /metrics, one model repository, one batch runner, the card's memory
-shared by the processes' tuning.
+(``--device cuda``, the SST-2 and BERT-base fp16 bundles, each its own CUDA context, all started at once, so they
+tune and warm up side by side as the processes of one pod would), then one client process per server, each a closed
+loop of c=128 / n one-input requests, for n = each of ``--processes``' counts (the first n servers), on SST-2
+sentences and on 128-token pieces. The figure is the servers' summed sequences/s beside the one-server c=128 point
+of the same run. What it leaves out, a real multi-process server would have to settle: one /metrics, one model
+repository, one batch runner, the card's memory shared by the processes' tuning.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import ExitStack
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import AbstractContextManager, ExitStack
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,21 @@ def client_rate(port: int, bodies: list[bytes], clients: int, warmup_s: float, s
     return rate or 0.0, tally.statuses["200"]
 
 
+def start_all(stack: ExitStack, managers: Sequence[AbstractContextManager[Any]]) -> None:
+    """Enter every server's context at once (they tune and warm up side by side, as processes of one pod would);
+    each one that started is stopped with ``stack``, and the first failure is raised once all have tried."""
+    with ThreadPoolExecutor(len(managers)) as starter:
+        futures = [starter.submit(manager.__enter__) for manager in managers]
+    failures = []
+    for manager, future in zip(managers, futures, strict=True):
+        if future.exception() is not None:
+            failures.append(future.exception())
+        else:
+            stack.push(manager.__exit__)
+    if failures:
+        raise failures[0]  # type: ignore[misc]
+
+
 def server_command(models: dict[str, Path], port: int, device: str) -> list[str]:
     return [*servers.bertserve_command(models, port), "--device", device, "--host", "127.0.0.1", "--log-level",
             "warning", "--max-concurrent-requests", "512"]  # fmt: skip
@@ -50,9 +66,8 @@ def measure(
     found: dict[str, Any] = {"total_clients": TOTAL_CLIENTS, "counts": {}}
     ports = [servers.free_port() for _ in range(max(counts))]
     with ExitStack() as stack:
-        for number, port in enumerate(ports):
-            stack.enter_context(servers.running(f"bertserve-process-{number}", server_command(models, port, device),
-                                                port, "/health/ready", log_dir))  # fmt: skip
+        start_all(stack, [servers.running(f"bertserve-process-{number}", server_command(models, port, device), port,
+                                          "/health/ready", log_dir) for number, port in enumerate(ports)])  # fmt: skip
         with ProcessPoolExecutor(max(counts), mp_context=get_context("spawn")) as pool:
             for count in counts:
                 clients = max(1, TOTAL_CLIENTS // count)
