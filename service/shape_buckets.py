@@ -13,7 +13,9 @@ input), and start-up runs every bucket a batch within the model's limits can tak
 and vLLM's CUDA-graph sizes).
 
 Padding keeps every real row's answer: new positions carry the pad token with attention 0, new rows repeat the last
-real row (so no row is all padding), and only the real rows come back.
+real row (so no row is all padding), and only the real rows come back. A batch whose bucket would grow wide
+per-token outputs (fill-mask's vocabulary) past the batcher's cap on them runs as it is (``max_padded_tokens``, set by
+the runner from its outputs' shapes).
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ def bucket_series(limit: int, floor: int = 1) -> list[int]:
 class ShapeBuckets:
     pad_token_id: int
     max_tokens: int  # the model's longest input: a token bucket never passes it (position embeddings end there)
+    # a bucket's rows x tokens at most, where per-token outputs are wide (fill-mask's vocabulary): a batch whose
+    # bucket would pass it runs as it is, so padding never grows outputs past the batcher's cap on them
+    max_padded_tokens: int | None = None
 
     def shape(self, rows: int, tokens: int) -> tuple[int, int]:
         """The bucket a batch of ``rows`` rows of ``tokens`` padded tokens runs as."""
@@ -64,7 +69,7 @@ class ShapeBuckets:
         last row below; the same arrays when the batch already has a bucket's shape."""
         rows, tokens = feeds["input_ids"].shape
         to_rows, to_tokens = self.shape(rows, tokens)
-        if (to_rows, to_tokens) == (rows, tokens):
+        if (to_rows, to_tokens) == (rows, tokens) or not self.fits(to_rows, to_tokens):
             return feeds
         grown = {}
         for name, array in feeds.items():
@@ -73,6 +78,9 @@ class ShapeBuckets:
             out[rows:, :tokens] = array[rows - 1]
             grown[name] = out
         return grown
+
+    def fits(self, rows: int, tokens: int) -> bool:
+        return self.max_padded_tokens is None or rows * tokens <= self.max_padded_tokens
 
     def shapes(self, max_rows: int, max_batch_tokens: int) -> list[tuple[int, int]]:
         """Every bucket a batch of the batcher's limits can land in (at most ``max_rows`` rows; rows x longest row
@@ -86,7 +94,7 @@ class ShapeBuckets:
             smallest_rows = row_size + 1
             if smallest_rows > max_rows or max_batch_tokens // smallest_rows < 1:
                 break
-        return sorted(found, key=lambda shape: (shape[0] * shape[1], shape))
+        return sorted((shape for shape in found if self.fits(*shape)), key=lambda shape: (shape[0] * shape[1], shape))
 
     def warm_up(
         self,

@@ -12,6 +12,7 @@ from contract.bundle import read_bundle
 from contract.onnx_io import PaddedRows, pad_rows
 from contract.tasks import task_spec
 from service import engine_load
+from service.batch_rows import MAX_TOKEN_OUTPUT_BYTES
 from service.device import CPU, Device
 from service.engine import Engine
 from service.engine_load import load_context, shape_buckets
@@ -209,3 +210,23 @@ def test_a_replacement_session_on_a_gpu_runs_every_bucket_before_it_serves(
     assert isinstance(replacement, BuiltRunner)
     warm = ShapeBuckets(got.context.pad_token_id, 128).shapes(8, 512)
     assert replacement.shapes == (warm if device.is_cuda else [])
+
+
+def test_a_bucket_past_the_output_cap_runs_the_batch_as_it_is() -> None:
+    capped = ShapeBuckets(PAD, max_tokens=64, max_padded_tokens=50)
+    three = pad_rows([([1, 5, 6, 7, 2], [0] * 5)] * 3, PAD)
+    assert capped.pad(three.feeds)["input_ids"].shape == (3, 16)  # 48 padded tokens: within the cap
+    five = pad_rows([([1, 5, 6, 7, 2], [0] * 5)] * 5, PAD)
+    assert capped.pad(five.feeds) is five.feeds  # (6, 16) would pass it
+    assert all(rows * tokens <= 50 for rows, tokens in capped.shapes(8, 512))
+    assert (3, 16) in capped.shapes(8, 512) and (6, 16) not in capped.shapes(8, 512)
+
+
+def test_a_runner_with_vocabulary_wide_outputs_caps_its_buckets(tiny_models: dict[str, TinyModel]) -> None:
+    bundle = read_bundle(tiny_models["fill-mask"].bundle)
+    runner = OrtRunner(bundle.model_path, tuple(bundle.spec.outputs), 1, buckets=ShapeBuckets(0, 128))
+    vocab = load_context(bundle).tokenizer.get_vocab_size()
+    assert runner.buckets is not None and runner.buckets.max_padded_tokens == MAX_TOKEN_OUTPUT_BYTES // (4 * vocab)
+    classifier = read_bundle(tiny_models["text-classification"].bundle)
+    plain = OrtRunner(classifier.model_path, tuple(classifier.spec.outputs), 1, buckets=ShapeBuckets(0, 128))
+    assert plain.buckets == ShapeBuckets(0, 128)  # (B, labels) outputs: no cap
