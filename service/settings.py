@@ -152,9 +152,9 @@ class Settings(BaseSettings):
     shape_buckets: bool | None = Field(
         default=None,
         description="Pad each batch up to one of a few shapes (rows and tokens each rounded up to 1, 2, 3, 4, 6, 8, "
-        "12, 16, 24, ...; tokens at least 16) and run every such shape once at start-up (for up to 30 s), so that "
-        "served traffic never brings a shape the session has not run. Default: on a GPU, where a new shape is set up "
-        "afresh; off on a CPU, where padding is only extra work.",
+        "12, 16, 24, ...; tokens at least 16) and, on a GPU, run every such shape once at start-up (for up to 30 s), "
+        "so that served traffic never brings a shape the session has not run. Default: on a GPU, where a new shape "
+        "is set up afresh; off on a CPU, where padding is only extra work.",
     )
     max_batch_tokens: int = Field(default=8192, ge=1, description="Padded tokens per batch (batch size x longest row).")
     max_batch_size: int = Field(default=32, ge=1, description="Rows per batch at most.")

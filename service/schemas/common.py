@@ -84,8 +84,8 @@ class Batching(SentInFull):
     )
     shape_buckets: bool = Field(
         False,
-        description="Each batch runs padded up to one of a few shapes, every one of them run once at start-up "
-        "(--shape-buckets; by default on a GPU).",
+        description="Each batch runs padded up to one of a few shapes, on a GPU every one of them run once at "
+        "start-up (--shape-buckets; by default on a GPU).",
     )
 
 
