@@ -7,6 +7,17 @@
 #   benchmarks/gpu_payload.sh unpack PARTS_DIR SITE          # there: onnxruntime-gpu + wheels into SITE, the
 #                                                            # checkpoint and data into PARTS_DIR/payload
 #
+# On a lent card (the device tool: 64 MiB carried a call, the tree included; the machine goes back after 30 s idle,
+# so the calls follow one another with nothing between them):
+#   here:    benchmarks/gpu_payload.sh pack runs/bench/sst2            # .gpu/parts/part-aa .. part-ad, ~50 MB each
+#   call 1:  carry .gpu/parts/part-aa; mkdir -p /tmp/parts && cp .gpu/parts/part-aa /tmp/parts/
+#   call 2-4: the same for part-ab, part-ac, part-ad
+#   call 5:  benchmarks/gpu_payload.sh unpack /tmp/parts /tmp/site && PYTHONPATH=/tmp/site python -m benchmarks.gpu
+#            export --sst2-checkpoint /tmp/parts/payload/sst2-checkpoint --work-dir /tmp/gpu --out /tmp/gpu/report/gpu
+#   call 6:  PYTHONPATH=/tmp/site python -m benchmarks.gpu measure --sst2-checkpoint /tmp/parts/payload/sst2-checkpoint
+#            --work-dir /tmp/gpu --out /tmp/gpu/report/gpu --torch-from benchmarks/results/gpu.json;
+#            cp /tmp/gpu/report/* "$OUT"/      (each call stays under 600 s; the report comes back under $OUT)
+#
 # onnxruntime-gpu 1.31.1's wheel is 255 MB; repacked with xz, without libonnxruntime.so (the C API library, which the
 # Python module does not load) and the TensorRT provider, it is ~195 MB. The SST-2 checkpoint travels with fp16
 # weights (benchmarks.gpu widens them back to fp32 before exporting both the CPU and the GPU bundle).
