@@ -100,10 +100,12 @@ def load_model(
     build_s = time.perf_counter() - built
     name = name or bundle.path.name
     batching = None
+    width = token_output_width(first, task_spec(bundle.spec.task).token_level)
+    cap = MAX_TOKEN_OUTPUT_BYTES // (4 * width) if width else None
+    if buckets is not None and cap is not None:  # a padded batch's per-token outputs stay within the same cap
+        buckets = first.buckets = dataclasses.replace(buckets, max_padded_tokens=cap)
     reusable: OrtRunner | None = first  # served as it is unless tuning or a split needs fresh sessions
     if settings.tunes():
-        width = token_output_width(first, task_spec(bundle.spec.task).token_level)
-        cap = MAX_TOKEN_OUTPUT_BYTES // (4 * width) if width else None
         tuned, batching = tune_runner(
             name, bundle.model_path, outputs, context, first, settings, cap, build_s, device, buckets
         )

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import ctypes
-import dataclasses
 import logging
 import threading
 from pathlib import Path
@@ -28,7 +27,6 @@ import numpy as np
 import onnxruntime as ort
 
 from contract.onnx_io import PaddedRows, ort_session
-from service.batch_rows import MAX_TOKEN_OUTPUT_BYTES
 from service.device import CPU, Device, check_session_device
 from service.shape_buckets import ShapeBuckets
 
@@ -111,12 +109,6 @@ class OrtRunner:
             raise ValueError(f"model.onnx lacks outputs {missing} (has {sorted(found)})")
         self.output_names = output_names
         self.output_shapes = {node.name: list(node.shape) for node in self.session.get_outputs()}
-        if buckets is not None:  # outputs (B, T, ...) of a padded batch stay within the batcher's cap on them
-            widths = [int(np.prod(shape[2:])) for shape in self.output_shapes.values()
-                      if len(shape) > 2 and all(isinstance(dim, int) for dim in shape[2:])]  # fmt: skip
-            if widths:
-                cap = MAX_TOKEN_OUTPUT_BYTES // (4 * max(widths))
-                buckets = dataclasses.replace(buckets, max_padded_tokens=cap)
         self.buckets = buckets
         self._input_names = [inp.name for inp in self.session.get_inputs()]
         self._plain: ort.RunOptions | None = None

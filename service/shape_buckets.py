@@ -14,8 +14,8 @@ and vLLM's CUDA-graph sizes).
 
 Padding keeps every real row's answer: new positions carry the pad token with attention 0, new rows repeat the last
 real row (so no row is all padding), and only the real rows come back. A batch whose bucket would grow wide
-per-token outputs (fill-mask's vocabulary) past the batcher's cap on them runs as it is (``max_padded_tokens``, set by
-the runner from its outputs' shapes).
+per-token outputs (fill-mask's vocabulary) past the batcher's cap on them runs as it is (``max_padded_tokens``, set
+where the model loads, from the same per-token width the batcher's cap comes from).
 """
 
 from __future__ import annotations

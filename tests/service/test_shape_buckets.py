@@ -223,10 +223,15 @@ def test_a_bucket_past_the_output_cap_runs_the_batch_as_it_is() -> None:
 
 
 def test_a_runner_with_vocabulary_wide_outputs_caps_its_buckets(tiny_models: dict[str, TinyModel]) -> None:
-    bundle = read_bundle(tiny_models["fill-mask"].bundle)
-    runner = OrtRunner(bundle.model_path, tuple(bundle.spec.outputs), 1, buckets=ShapeBuckets(0, 128))
-    vocab = load_context(bundle).tokenizer.get_vocab_size()
-    assert runner.buckets is not None and runner.buckets.max_padded_tokens == MAX_TOKEN_OUTPUT_BYTES // (4 * vocab)
-    classifier = read_bundle(tiny_models["text-classification"].bundle)
-    plain = OrtRunner(classifier.model_path, tuple(classifier.spec.outputs), 1, buckets=ShapeBuckets(0, 128))
-    assert plain.buckets == ShapeBuckets(0, 128)  # (B, labels) outputs: no cap
+    settings = Settings(tune=False, shape_buckets=True)
+    got = engine_load.load_model(tiny_models["fill-mask"].bundle, settings, device=CPU)
+    runner = got.runner
+    vocab = got.context.tokenizer.get_vocab_size()
+    assert isinstance(runner, OrtRunner) and runner.buckets is not None
+    assert runner.buckets.max_padded_tokens == MAX_TOKEN_OUTPUT_BYTES // (4 * vocab)
+    replacement = got.fresh()
+    assert isinstance(replacement, OrtRunner) and replacement.buckets == runner.buckets
+    classifier = engine_load.load_model(tiny_models["text-classification"].bundle, settings, device=CPU)
+    plain = classifier.runner
+    assert isinstance(plain, OrtRunner)
+    assert plain.buckets == ShapeBuckets(classifier.context.pad_token_id, 128)  # (B, labels) outputs: no cap
