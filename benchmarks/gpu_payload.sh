@@ -14,9 +14,11 @@
 #   call 2-4: the same for part-ab, part-ac, part-ad
 #   call 5:  benchmarks/gpu_payload.sh unpack /tmp/parts /tmp/site && PYTHONPATH=/tmp/site python -m benchmarks.gpu
 #            export --sst2-checkpoint /tmp/parts/payload/sst2-checkpoint --work-dir /tmp/gpu --out /tmp/gpu/report/gpu
-#   call 6:  PYTHONPATH=/tmp/site python -m benchmarks.gpu measure --sst2-checkpoint /tmp/parts/payload/sst2-checkpoint
-#            --work-dir /tmp/gpu --out /tmp/gpu/report/gpu --torch-from benchmarks/results/gpu.json;
-#            cp /tmp/gpu/report/* "$OUT"/      (each call stays under 600 s; the report comes back under $OUT)
+#   call 6:  cp /tmp/gpu/report/gpu.* "$OUT"/ && rm -r /tmp/gpu/report && ln -s "$OUT" /tmp/gpu/report &&
+#            PYTHONPATH=/tmp/site python -m benchmarks.gpu measure --sst2-checkpoint /tmp/parts/payload/sst2-checkpoint
+#            --work-dir /tmp/gpu --out /tmp/gpu/report/gpu --torch-from benchmarks/results/gpu.json
+#            (each call stays under 600 s; measure rewrites its report after every step, and with the report folder a
+#            link to $OUT a call cut short by its limit or the device budget still brings back every step it finished)
 #
 # onnxruntime-gpu 1.31.1's wheel is 255 MB; repacked with xz, without libonnxruntime.so (the C API library, which the
 # Python module does not load) and the TensorRT provider, it is ~195 MB. The SST-2 checkpoint travels with fp16

@@ -94,7 +94,7 @@ def test_a_megabyte_tokenize_is_refused_and_a_calm_client_does_not_wait(text_cla
             beside.append(timed(lambda: calm.post("/v1/text-classification", json=body)))
         thread.join()
     assert answer["status"] == 413 and isinstance(answer["seconds"], float) and answer["seconds"] < 1.5
-    assert max(beside, default=0.0) < max(0.25, 10 * statistics.median(alone)), (beside, alone)
+    assert max(beside, default=0.0) < max(1.0, 10 * statistics.median(alone)), (beside, alone)  # before: ~1.8 s
 
 
 def timed(call: object) -> float:
