@@ -42,6 +42,11 @@ T = TypeVar("T")
 
 
 SEED_MARGIN = 2.0
+# Until the stage has timed its own work, the seeded rate counts this many times more beside other waiting work: a
+# task's prepare work (tokenizing, windows, decoding) took 0.9-6.4x the seed's timed tokenization (medians; SQuAD
+# questions on a QA model 6.4x, 11x at most), so 8x the doubled seed covers it and a first burst of ordinary requests
+# gets in (before: one at a time, the rest 429 until two had ended).
+CALIBRATION_MARGIN = 8.0
 
 
 class PrepareLedger:
@@ -77,20 +82,23 @@ class PrepareLedger:
                         f"the request's {chars} characters need about {own:.1f} s to tokenize, more than the "
                         f"{budget:.3g} s it may take of its {timeout_s:.3g} s deadline: send shorter inputs"
                     )
+                # until the stage has timed its own work, a first burst is decided before any of it ends on a seeded
+                # rate that can be off several times for a task's inputs: beside other work it counts CALIBRATION_MARGIN
+                # times (into an empty stage at 1x, so a lone request always gets in and the stage learns its rate)
+                weight = CALIBRATION_MARGIN if self.measured < self.threads and self.pending_chars > 0 else 1.0
                 # one thread's rate, not the pool's: tokenizing holds the GIL for part of its time, so the threads
                 # do not add up (measured: two threads drained a flood no faster than one)
-                ahead = self.pending_chars * per_char + model_seconds_ahead
-                # until the stage has timed its own work, a seeded rate only admits one request per thread: a first
-                # burst is decided before any of it ends, and a seed can be off several times for a task's inputs
-                calibrating = self.measured < self.threads and self.pending_chars > 0
+                ahead = weight * self.pending_chars * per_char + model_seconds_ahead
+                own *= weight
                 # an estimate alone never refuses: past the budget on its own the request is the batcher's to weigh
                 # on exact tokens (413 or not), so its model work is only counted when it could fit
                 own += own_model_s if own + own_model_s <= budget else 0.0
-                if calibrating or ahead + own > budget:
+                if ahead + own > budget:
                     self.refused += 1
+                    seeded = f" (at {weight:g}x the start-up estimate until measured)" if weight > 1 else ""
                     raise Overloaded(
-                        f"about {ahead:.1f} s of tokenizing and model work is waiting; this request would not end "
-                        f"within its {timeout_s:.3g} s deadline",
+                        f"about {ahead:.1f} s of tokenizing and model work is waiting{seeded}; this request would not "
+                        f"end within its {timeout_s:.3g} s deadline",
                         retry_after_s=max(1, math.ceil(ahead + own - budget)),
                     )
             self.pending_chars += chars

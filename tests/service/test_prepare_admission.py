@@ -44,19 +44,43 @@ def test_a_flood_of_long_contexts_gets_no_504(tiny_models: dict[str, TinyModel])
     assert all(value.isdigit() and int(value) >= 1 for value in retry_after)
 
 
+def test_a_fresh_servers_first_burst_of_ordinary_long_requests_is_all_answered(
+    text_classification_model: TinyModel,
+) -> None:
+    """Before: until the prepare stage had timed two requests of its own, it let one long request in at a time, so a
+    first burst of 32 sixteen-sentence requests to a server just started got 31 429s ("about 0.0 s ... is waiting")."""
+    port = free_port()
+    settings = Settings(models=[f"m={text_classification_model.bundle}"], port=port, intra_op_threads=1, tune=False)
+    sentences = [f"the film number {k} was great and the music was good, said the critic" for k in range(16)]
+    body = {"inputs": sentences}
+    assert sum(map(len, sentences)) > settings.prepare_inline_chars  # tokenized on the prepare stage
+
+    async def burst(url: str) -> Counter[int]:
+        limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+        async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+            answers = await asyncio.gather(*(client.post("/v1/text-classification", json=body) for _ in range(32)))
+        return Counter(answer.status_code for answer in answers)
+
+    with real_server(settings) as url:
+        statuses = asyncio.run(burst(url))
+    assert statuses == Counter({200: 32}), statuses
+
+
 def test_the_ledger_refuses_what_would_wait_past_the_deadline_and_what_alone_cannot_fit() -> None:
     ledger = PrepareLedger(threads=2)
     ledger.admit(10**9, 0.0, 1.0)  # no rate measured yet: nothing is refused
     ledger.done(10**9, None)
     ledger.seed(2_000_000, 1.0)  # 0.5 us per character, doubled for the first burst: 1 us
-    ledger.admit(1, 0.0, 1.0)
-    with pytest.raises(Overloaded):
-        ledger.admit(1, 0.0, 1.0)  # seeded only: one request per thread until the stage has timed its own work
-    ledger.done(1, 1e-6)
-    ledger.admit(1, 0.0, 1.0)
-    ledger.done(1, 1e-6)
-    ledger.done(1, 1e-6)
-    assert ledger.measured == 3 and ledger.seconds_per_char == pytest.approx(1e-6)
+    ledger.admit(300_000, 0.0, 1.0)  # into an empty stage at the seeded rate: 0.3 s of the 0.4 s it may take
+    ledger.done(300_000, None)
+    ledger.admit(30_000, 0.0, 1.0)
+    ledger.admit(10_000, 0.0, 1.0)  # beside others, until the stage has timed its own work, 8x: 0.24 s + 0.08 s
+    with pytest.raises(Overloaded) as calibrating:
+        ledger.admit(20_000, 0.0, 1.0)  # 0.32 s + 0.16 s (at the seeded rate alone 0.06 s: it would get in)
+    assert calibrating.value.retry_after_s == 1 and "8x the start-up estimate" in str(calibrating.value)
+    ledger.done(30_000, 0.03)
+    ledger.done(10_000, 0.01)
+    assert ledger.measured == 2 and ledger.seconds_per_char == pytest.approx(1e-6) and ledger.pending_chars == 0
     ledger.admit(300_000, 0.0, 1.0)  # 0.3 s of its own, within 40 % of 1 s
     ledger.admit(50_000, 0.0, 1.0)  # 0.3 s waiting (one thread's rate, not two) + 0.05 s: 0.35 s
     with pytest.raises(Overloaded) as waited:
