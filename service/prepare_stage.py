@@ -43,9 +43,9 @@ T = TypeVar("T")
 
 SEED_MARGIN = 2.0
 # Until the stage has timed its own work, the seeded rate counts this many times more beside other waiting work: a
-# task's prepare work (tokenizing, windows, decoding) took 0.9-6.4x the seed's timed tokenization (medians; SQuAD
-# questions on a QA model 6.4x, 11x at most), so 8x the doubled seed covers it and a first burst of ordinary requests
-# gets in (before: one at a time, the rest 429 until two had ended).
+# task's long requests took 0.9-11x the seed's timed tokenization on the prepare threads (medians and p90s; 20-70 KB
+# QA contexts the most; a cold first request up to 28x: benchmarks.studies.prepare_seed), so 8x the doubled seed
+# covers them and a first burst of ordinary requests gets in (before: one at a time, the rest 429 until two ended).
 CALIBRATION_MARGIN = 8.0
 
 
