@@ -61,8 +61,9 @@ class PrepareLedger:
         self.refused = 0
 
     def seed(self, chars: int, seconds: float) -> None:
-        """A first measurement (one tokenization at start-up), kept only until the stage has measured its own;
-        doubled, since a first burst is admitted on it alone and tasks' tokenizing does more (windows, offsets)."""
+        """A first measurement (one tokenization at start-up), doubled, since tasks' tokenizing does more (windows,
+        offsets, decoding): the start of the average the stage's own timings then move, ``RATE_SMOOTHING`` each (a
+        first request's own timing alone, often cold, ran 9-28x the seed: ``benchmarks.studies.prepare_seed``)."""
         with self._lock:
             if self.seconds_per_char is None and chars > 0:
                 self.seconds_per_char = SEED_MARGIN * seconds / chars
