@@ -63,7 +63,7 @@ class PrepareLedger:
     def seed(self, chars: int, seconds: float) -> None:
         """A first measurement (one tokenization at start-up), doubled, since tasks' tokenizing does more (windows,
         offsets, decoding): the start of the average the stage's own timings then move, ``RATE_SMOOTHING`` each (a
-        first request's own timing alone, often cold, ran 9-28x the seed: ``benchmarks.studies.prepare_seed``)."""
+        first request's own timing alone, often cold, ran 1.4-28x the seed: ``benchmarks.studies.prepare_seed``)."""
         with self._lock:
             if self.seconds_per_char is None and chars > 0:
                 self.seconds_per_char = SEED_MARGIN * seconds / chars
