@@ -12,6 +12,9 @@ when its median wins by more than the rounds' own spread.
 ``--tokens N`` replaces SST-2's sentences by cuts of WikiText-2 of N tokens each ([CLS] and [SEP] included, the
 bundle's tokenizer; one per request, 64 of them): a load long enough for the token budget to bind.
 
+``--load`` picks one of the task's loads by name (``--task embeddings --load embeddings-32``: 32 sentences a
+request, past the prepare stage's inline limit); the default, its first, is one input a request.
+
 ``--protocol`` sends the same load in another protocol's shape to the same model: ``v2`` (Open Inference
 Protocol infer, any task), ``tei`` (``/embed`` for embeddings, ``/rerank`` for rerank); default: the task's
 own route (``/v1/...``, ``/v1/embeddings`` for embeddings).
@@ -163,6 +166,16 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def task_load(args: argparse.Namespace) -> Load:
+    """The task's load named ``--load`` (default: its first, e.g. embeddings-1 of embeddings-1 and embeddings-32)."""
+    loads = {load.name: load for load in bertserve_loads(args.task, args.name)}
+    if args.load is None:
+        return next(iter(loads.values()))
+    if args.load not in loads:
+        raise ValueError(f"--load {args.load}: the {args.task} loads are {', '.join(loads)}")
+    return loads[args.load]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ab", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="NAME=PATH of a text-classification bundle (SST-2 load)")
@@ -172,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--task", default="sst2", help="the load, as benchmarks.run names it")
+    parser.add_argument("--load", help="which of the task's loads (embeddings-1, embeddings-32); default its first")
     parser.add_argument("--tokens", type=int, help="send text-classification inputs of this many tokens instead")
     parser.add_argument("--protocol", choices=("v2", "tei"), help="send the load in this protocol's shape")
     parser.add_argument("--server-args", default="", help="extra flags for python -m service (every tree)")
@@ -187,10 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give two trees or more: --tree base=PATH --tree new=PATH")
     if args.tokens and (args.task != "sst2" or not 3 <= args.tokens <= 512):
         parser.error("--tokens goes with the text-classification load (--task sst2), 3..512 tokens")
-    load = (
-        long_load(args.name, args.model_path, args.tokens) if args.tokens else bertserve_loads(args.task, args.name)[0]
-    )
     try:
+        load = long_load(args.name, args.model_path, args.tokens) if args.tokens else task_load(args)
         path, requests = protocol_requests(args.task, args.protocol, load.bodies)
     except ValueError as exc:
         parser.error(str(exc))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
@@ -83,3 +84,14 @@ def test_tokens_go_with_the_classification_load_only(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit):
         main(["--model", "m=.", "--tree", "a=.", "--tree", "b=.", "--task", "squad", "--tokens", "128", "--out", "x"])
     assert "--tokens goes with the text-classification load" in capsys.readouterr().err
+
+
+def test_a_named_load_of_the_task_is_the_one_sent(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.ab import main, task_load
+
+    chosen = task_load(argparse.Namespace(task="embeddings", name="e", load="embeddings-32"))
+    assert chosen.name == "embeddings-32" and chosen.sequences_per_request == 32
+    assert task_load(argparse.Namespace(task="embeddings", name="e", load=None)).name == "embeddings-1"
+    with pytest.raises(SystemExit):
+        main(["--model", "e=.", "--tree", "a=.", "--tree", "b=.", "--task", "embeddings", "--load", "x", "--out", "x"])
+    assert "--load x: the embeddings loads are embeddings-1, embeddings-32" in capsys.readouterr().err
