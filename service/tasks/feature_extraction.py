@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, RootModel
+from pydantic import BaseModel, Field, RootModel, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from service.oip import layouts as oip
 from service.oip.codec import OutputTensor
@@ -149,6 +149,23 @@ class EmbeddingsRequest(TaskRequest):
         None, ge=1, description="Keep the first N values and re-normalise them; at most the model's hidden size."
     )
     user: str | None = Field(None, description="Accepted for compatibility; not used.")
+
+    @field_validator("input", mode="wrap")
+    @classmethod
+    def _no_token_ids(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """OpenAI's API also takes tiktoken ids, and LangChain's ``OpenAIEmbeddings`` sends them by default; another
+        tokenizer's ids would embed as nonsense, so they are refused, saying what to send (looked for only once the
+        input has failed as texts: nothing on a valid request's path)."""
+        try:
+            return handler(value)
+        except ValidationError:
+            items = value if isinstance(value, list) else []
+            if any(isinstance(item, int) or (isinstance(item, list) and item) for item in items):
+                raise ValueError(
+                    "token-id arrays are not taken: send the texts (LangChain's OpenAIEmbeddings sends tiktoken ids "
+                    "unless check_embedding_ctx_length=False)"
+                ) from None
+            raise
 
     def input_list(self) -> list[str]:
         return self.input if isinstance(self.input, list) else [self.input]

@@ -204,7 +204,14 @@ def test_models_lists_embedding_models_in_both_shapes(http: httpx.Client) -> Non
 @pytest.mark.parametrize(
     ("route", "body", "status", "words"),
     [
-        ("/v1/embeddings", {"model": "mean", "input": [[101, 2023, 102]]}, 422, ("input",)),
+        (
+            "/v1/embeddings",
+            {"model": "mean", "input": [[101, 2023, 102]]},
+            422,
+            ("body.input", "token-id arrays are not taken", "check_embedding_ctx_length=False"),
+        ),
+        ("/v1/embeddings", {"model": "mean", "input": [101, 2023, 102]}, 422, ("token-id arrays are not taken",)),
+        ("/v1/embeddings", {"model": "mean", "input": [None]}, 422, ("body.input",)),
         ("/v1/embeddings", {"model": "mean", "input": []}, 422, ("input",)),
         ("/v1/embeddings", {"model": "mean", "input": "x", "encoding_format": "int8"}, 422, ("encoding_format",)),
         ("/v1/embeddings", {"model": "mean", "input": "x", "surprise": 1}, 422, ("surprise",)),
@@ -239,6 +246,8 @@ def test_openai_client(server_url: str, http: httpx.Client) -> None:
     assert np.linalg.norm(one.data[0].embedding) == pytest.approx(1.0, abs=1e-5)
     with pytest.raises(openai.BadRequestError, match=f"dimensions {HIDDEN + 1} is more than"):
         client.embeddings.create(model="mean", input="hello", dimensions=HIDDEN + 1)
+    with pytest.raises(openai.UnprocessableEntityError, match="token-id arrays are not taken"):
+        client.embeddings.create(model="mean", input=[[101, 2023, 102]])  # what LangChain's OpenAIEmbeddings sends
     with pytest.raises(openai.NotFoundError, match="no model named 'text-embedding-3-small'"):
         client.embeddings.create(model="text-embedding-3-small", input="hello")
     assert {model.id for model in client.models.list()} == {"mean", "mean-int8", "cls"}
