@@ -301,8 +301,19 @@ def torch_pipeline(checkpoint: Path, texts: list[str], work: Path, seconds: floa
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+KEPT_FROM_EXPORT = ("commands", "export", "load_avg_start")  # what measure keeps of the report it finds
+
+
+def drop_measured(results: dict[str, Any]) -> None:
+    """Forget an earlier measure's figures (a call cut short, then run again): a report is one measure's, whole or
+    cut short, never one run's figures beside another's."""
+    for key in [key for key in results if key not in KEPT_FROM_EXPORT]:
+        del results[key]
+
+
 def measure(args: argparse.Namespace, results: dict[str, Any]) -> None:
     work: Path = args.work_dir
+    drop_measured(results)
     results["card"] = card_facts()
     loads = workloads(work)
     dev = read_sst2("dev")
@@ -312,10 +323,11 @@ def measure(args: argparse.Namespace, results: dict[str, Any]) -> None:
         results["raw_cuda"][name] = raw_loop(work / SERVED[model], texts, args.raw_seconds, args.device)
         log.info("raw %s: %s", name, results["raw_cuda"][name])
         gc.collect()
+        write(results, args.out)  # every finished step on disk: a call cut short keeps what it measured
         results["core"][name] = core_points(work / SERVED[model], model, texts, args)
         log.info("core %s: %s", name, results["core"][name])
         gc.collect()
-    write(results, args.out)
+        write(results, args.out)
     port = servers.free_port()
     command = servers.bertserve_command({name: work / bundle for name, bundle in SERVED.items()}, port)
     command += ["--device", args.device, "--host", "127.0.0.1", "--log-level", "info"]

@@ -52,3 +52,18 @@ def test_the_processes_section_sums_the_servers_beside_the_one_server_point() ->
     assert "| base-128 | 1,600.0 | 2,900.0 (1,500, 1,400) | 5,000.5 (1,250, 1,250, 1,250, 1,250) |" in lines
     assert "More than one serving process" in markdown(found)
     assert server_counts("2,4") == [2, 4] and server_counts("0") == [] and server_counts("") == []
+
+
+def test_a_measure_keeps_only_the_export_of_the_report_it_finds() -> None:
+    from benchmarks.gpu import drop_measured
+
+    found = {"commands": ["export", "measure (cut short)", "measure"], "export": {"sst2": {}}, "load_avg_start": [1],
+             **results(), "torch": {"sst2": {}}, "card": {"name": "H200"}}  # fmt: skip
+    drop_measured(found)
+    assert found == {"commands": ["export", "measure (cut short)", "measure"], "export": {"sst2": {}},
+                     "load_avg_start": [1]}  # fmt: skip
+
+
+def test_a_report_cut_short_after_its_first_workload_shows_what_it_measured() -> None:
+    partial = {"raw_cuda": results()["raw_cuda"], "core": {}, "commands": ["measure"]}
+    assert "| base-128 | 11,000.0 (512) | 1.40 | - | - | - | - | - | - |" in markdown(partial)
