@@ -3,25 +3,26 @@
 # onnxruntime-gpu, FastAPI, uvicorn or pydantic-settings, and no network: packed here into parts small enough to
 # carry one at a time, joined and installed there.
 #
-#   benchmarks/gpu_payload.sh pack SST2_CHECKPOINT [PARTS]   # here: .gpu/parts/part-* (git-ignored), default 4 parts
+#   benchmarks/gpu_payload.sh pack SST2_CHECKPOINT [PART_MIB]  # here: .gpu/parts/part-* (git-ignored), 55 MiB each
 #   benchmarks/gpu_payload.sh unpack PARTS_DIR SITE          # there: onnxruntime-gpu + wheels into SITE, the
 #                                                            # checkpoint and data into PARTS_DIR/payload
 #
 # On a lent card (the device tool: 64 MiB carried a call, the tree included; the machine goes back after 30 s idle,
 # so the calls follow one another with nothing between them):
-#   here:    benchmarks/gpu_payload.sh pack runs/bench/sst2            # .gpu/parts/part-aa .. part-ad, ~50 MB each
+#   here:    benchmarks/gpu_payload.sh pack runs/bench/sst2            # .gpu/parts/part-aa .. part-ae: ~238 MB in
+#            parts of 55 MiB, each carried beside the ~5 MiB tree (four parts of 59 MiB came to 64.05 MiB a call)
 #   call 1:  carry .gpu/parts/part-aa; mkdir -p /tmp/parts && cp .gpu/parts/part-aa /tmp/parts/
-#   call 2-4: the same for part-ab, part-ac, part-ad
-#   call 5:  benchmarks/gpu_payload.sh unpack /tmp/parts /tmp/site && PYTHONPATH=/tmp/site python -m benchmarks.gpu
+#   call 2-5: the same for part-ab, part-ac, part-ad, part-ae
+#   call 6:  benchmarks/gpu_payload.sh unpack /tmp/parts /tmp/site && PYTHONPATH=/tmp/site python -m benchmarks.gpu
 #            export --sst2-checkpoint /tmp/parts/payload/sst2-checkpoint --work-dir /tmp/gpu --out /tmp/gpu/report/gpu
-#   call 6:  cp /tmp/gpu/report/gpu.* "$OUT"/ && rm -r /tmp/gpu/report && ln -s "$OUT" /tmp/gpu/report &&
+#   call 7:  cp /tmp/gpu/report/gpu.* "$OUT"/ && rm -r /tmp/gpu/report && ln -s "$OUT" /tmp/gpu/report &&
 #            PYTHONPATH=/tmp/site python -m benchmarks.gpu measure --sst2-checkpoint /tmp/parts/payload/sst2-checkpoint
 #            --work-dir /tmp/gpu --out /tmp/gpu/report/gpu --torch-from benchmarks/results/gpu.json
 #            (each call stays under 600 s; measure rewrites its report after every step, and with the report folder a
 #            link to $OUT a call cut short by its limit or the device budget still brings back every step it finished)
 #
 # onnxruntime-gpu 1.31.1's wheel is 255 MB; repacked with xz, without libonnxruntime.so (the C API library, which the
-# Python module does not load) and the TensorRT provider, it is ~195 MB. The SST-2 checkpoint travels with fp16
+# Python module does not load) and the TensorRT provider, it is ~187 MB. The SST-2 checkpoint travels with fp16
 # weights (benchmarks.gpu widens them back to fp32 before exporting both the CPU and the GPU bundle).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -33,7 +34,8 @@ PLATFORM=(--only-binary=:all: --python-version 3.12 --implementation cp --platfo
           --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 
 pack() {
-    local checkpoint="$1" parts="${2:-4}" stage="$here/.gpu/stage" wheels="$here/.gpu/wheels"
+    local checkpoint="$1" part_mib="${2:-55}" stage="$here/.gpu/stage" wheels="$here/.gpu/wheels"
+    rm -rf "$stage/wheels"  # a wheel of an older version left here would be installed beside the new one
     mkdir -p "$wheels" "$stage/wheels" "$stage/data/sst2" "$stage/data/wikitext2" "$here/.gpu/parts"
     [ -f "$wheels/$ORT_WHEEL" ] || python3 -m pip download -q --no-deps "${PLATFORM[@]}" -d "$wheels" onnxruntime-gpu==1.31.1
     python3 -m pip download -q --no-deps "${PLATFORM[@]}" -d "$stage/wheels" "${WHEELS[@]}"
@@ -62,8 +64,7 @@ PY
     cp "$here/../shared/data/wikitext2/valid.txt" "$stage/data/wikitext2/"
     rm -f "$here/.gpu/parts/part-"*
     tar -c -C "$stage" . > "$here/.gpu/payload.tar"
-    local size; size=$(stat -c %s "$here/.gpu/payload.tar")
-    split -b $(( (size + parts - 1) / parts )) "$here/.gpu/payload.tar" "$here/.gpu/parts/part-"
+    split -b "${part_mib}M" "$here/.gpu/payload.tar" "$here/.gpu/parts/part-"
     rm "$here/.gpu/payload.tar"
     ls -l "$here/.gpu/parts"
 }
@@ -79,5 +80,5 @@ unpack() {
 case "${1:-}" in
     pack) shift; pack "$@" ;;
     unpack) shift; unpack "$@" ;;
-    *) echo "usage: $0 pack SST2_CHECKPOINT [PARTS] | unpack PARTS_DIR SITE" >&2; exit 2 ;;
+    *) echo "usage: $0 pack SST2_CHECKPOINT [PART_MIB] | unpack PARTS_DIR SITE" >&2; exit 2 ;;
 esac
