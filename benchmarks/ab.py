@@ -3,7 +3,10 @@
 Each round starts the server from every tree in turn (order alternating A B, B A, ...), warms it,
 loads it with wrk at each concurrency and records sequences/s, p50 and the server's CPU ms per
 request. The verdict compares medians over rounds and states the spread: a change is kept only
-when its median wins by more than the rounds' own spread.
+when its median wins by more than the rounds' own spread. Between two identical trees such a "win" comes by
+chance 1 / C(2R, R) of the time at R rounds, as the report says (5 % at 3 rounds, 1.4 % at 4, 0.4 % at 5), so a
+small win at 3 rounds wants a rerun; an A/A of one tree against itself (``results/ab/aa-embeddings-1.md``, one
+sentence a request, 3 rounds) gave 1.001x.
 
     git worktree add /tmp/ab-base HEAD
     python -m benchmarks.ab --model sst2=runs/accuracy/bundles/sst2-fp32 --tree base=/tmp/ab-base --tree new=. \\
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import shlex
 import statistics
@@ -163,6 +167,12 @@ def markdown(summary: dict[str, Any]) -> str:
         beyond = "win" if row["wins_beyond_spread"] else "loss" if row["loses_beyond_spread"] else "no"
         ratio = "n/a" if row["ratio"] is None else f"{row['ratio']:.3f}"
         lines.append(f"| {row['concurrency']} | " + " | ".join(cells) + f" | {ratio} | {beyond} |")
+    chance = 100 / math.comb(2 * summary["rounds"], summary["rounds"])
+    lines += [
+        "",
+        f'Two identical trees give a "win" (every round of one above every round of the other) by chance '
+        f'{chance:.1f} % of the time at {summary["rounds"]} rounds, and as often a "loss", per concurrency level.',
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -95,3 +95,15 @@ def test_a_named_load_of_the_task_is_the_one_sent(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         main(["--model", "e=.", "--tree", "a=.", "--tree", "b=.", "--task", "embeddings", "--load", "x", "--out", "x"])
     assert "--load x: the embeddings loads are embeddings-1, embeddings-32" in capsys.readouterr().err
+
+
+def test_the_report_says_how_often_identical_trees_win_by_chance() -> None:
+    from benchmarks.ab import markdown
+
+    stats = {"median": 1.0, "min": 1.0, "max": 1.0, "cpu_ms_median": 1.0}
+    summary = {"labels": ["base", "new"], "model": "m", "path": "/v1/x", "rounds": 3, "duration_s": 1, "warmup_s": 1,
+               "server_args": "", "load_avg": {"start": [0], "end": [0]}, "trees": {"base": "a", "new": "b"},
+               "verdict": [{"concurrency": 32, "trees": {"base": stats, "new": stats}, "ratio": 1.0,
+                            "wins_beyond_spread": False, "loses_beyond_spread": False}]}  # fmt: skip
+    assert "by chance 5.0 % of the time at 3 rounds" in markdown(summary)  # 1 / C(6, 3)
+    assert "by chance 1.4 % of the time at 4 rounds" in markdown({**summary, "rounds": 4})  # 1 / C(8, 4)
