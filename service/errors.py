@@ -189,7 +189,7 @@ class RequestTimeout(ServiceError):
 
 
 V2_PATH_PREFIX = "/v2"  # the Open Inference Protocol (KServe / Triton v2) routes
-NOT_V2_PATHS = frozenset({"/v2/rerank"})  # Cohere's v2 API, whose errors are this service's own shape
+NOT_V2_PATHS = frozenset({"/v2/rerank", "/v2/embed"})  # Cohere's v2 API, whose errors are this service's own shape
 
 
 def speaks_v2(path: str) -> bool:

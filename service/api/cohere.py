@@ -1,16 +1,26 @@
-"""Cohere's v2 rerank: ``POST /v2/rerank`` as ``cohere.ClientV2(base_url=...).rerank`` posts it.
+"""Cohere's routes: rerank v2 (``POST /v2/rerank``) and embed v1 and v2 (``POST /v1/embed``, ``/v2/embed``), as
+``cohere.ClientV2(base_url=...).rerank``, ``cohere.Client(...).embed`` and ``cohere.ClientV2(...).embed`` post them.
 
-The same ranking as ``/v1/rerank`` (Cohere's v1 shape, ``service.api.rerank``), in v2's answer: ``id`` and
-``results`` of ``index`` and ``relevance_score``, no documents. It sits beside the Open Inference Protocol's
-``/v2/models/...`` and ``/v2/health/...`` routes, whose paths it does not share.
+Rerank v2 is ``/v1/rerank``'s ranking (Cohere's v1 shape, ``service.api.rerank``) in v2's answer: ``id`` and
+``results`` of ``index`` and ``relevance_score``, no documents. Embed answers one vector per text in each type asked
+for: float, base64 (float32 little-endian bytes), binary and ubinary (the signs packed 8 a byte, as
+sentence-transformers' ``quantize_embeddings``); v1 without ``embedding_types`` answers ``embeddings_floats``. These
+sit beside the Open Inference Protocol's ``/v2/models/...`` and ``/v2/health/...`` routes, whose paths they do not
+share.
 """
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
+
+import numpy as np
 
 from service.api.entry import Decoded, InferenceRoute, Protocol, Reply, json_reply
+from service.api.openai import encode_vector
 from service.core import InferenceResult
+from service.tasks import Embedding
+from service.tasks.feature_extraction_cohere import CohereEmbedRequest, CohereEmbedResponse, CohereV2EmbedRequest
 from service.tasks.rerank import CohereV2RerankRequest, CohereV2RerankResponse, RelevanceScore, rank
 
 
@@ -25,6 +35,40 @@ def rerank_v2_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     return json_reply({"id": uuid.uuid4().hex, "results": ranked})
 
 
+def embeddings_by_type(vectors: list[np.ndarray], types: list[str]) -> dict[str, Any]:
+    """Each type asked for, one entry per vector."""
+    answer: dict[str, Any] = {}
+    signs = np.packbits(np.stack(vectors) > 0, axis=-1) if {"binary", "ubinary"} & set(types) else None
+    for kind in types:
+        if kind == "float":
+            answer[kind] = vectors
+        elif kind == "base64":
+            answer[kind] = [encode_vector(vector, "base64") for vector in vectors]
+        elif kind == "ubinary":
+            answer[kind] = list(signs)
+        elif kind == "binary":
+            answer[kind] = list(signs.astype(np.int16) - 128)
+    return answer
+
+
+def embed_answer(decoded: Decoded, result: InferenceResult) -> Reply:
+    request = decoded.request
+    assert isinstance(request, CohereEmbedRequest)
+    embedded: list[Embedding] = result.results
+    vectors = [item.vector for item in embedded]
+    version = "2" if isinstance(request, CohereV2EmbedRequest) else "1"
+    meta = {"api_version": {"version": version}, "billed_units": {"input_tokens": sum(i.tokens for i in embedded)}}
+    answer: dict[str, Any] = {"id": uuid.uuid4().hex}
+    if version == "1" and request.embedding_types is None:
+        answer |= {"response_type": "embeddings_floats", "embeddings": vectors}
+    else:
+        answer |= {"response_type": "embeddings_by_type",
+                   "embeddings": embeddings_by_type(vectors, request.embedding_types or ["float"])}  # fmt: skip
+    return json_reply(answer | {"texts": request.texts, "meta": meta})
+
+
+EMBED = "Embed texts with a feature-extraction model ({}). input_type picks the model's prompt for it."
+
 PROTOCOL = Protocol(
     "cohere",
     (
@@ -36,6 +80,24 @@ PROTOCOL = Protocol(
             CohereV2RerankResponse,
             rerank_v2_answer,
             body=CohereV2RerankRequest,
+        ),
+        InferenceRoute(
+            "/v1/embed",
+            "embed_v1",
+            EMBED.format("Cohere's v1 embed shape"),
+            "cohere",
+            CohereEmbedResponse,
+            embed_answer,
+            body=CohereEmbedRequest,
+        ),
+        InferenceRoute(
+            "/v2/embed",
+            "embed_v2",
+            EMBED.format("Cohere's v2 embed shape: an output dimension and a token cap too"),
+            "cohere",
+            CohereEmbedResponse,
+            embed_answer,
+            body=CohereV2EmbedRequest,
         ),
     ),
 )

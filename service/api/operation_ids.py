@@ -24,6 +24,8 @@ OPERATION_IDS: dict[str, str] = {  # the route's name (its function's, or Infere
     "rerank": "rerank",
     "tei_rerank": "teiRerank",
     "rerank_v2": "rerankV2",
+    "embed_v1": "embedV1",
+    "embed_v2": "embedV2",
     "embeddings": "createEmbeddings",
     "create_file": "createFile",
     "list_files": "listFiles",

@@ -282,16 +282,23 @@ def require_fit(encodings: list[Encoding], max_length: int, too_long: Callable[[
             raise InputError(too_long(index, len(encoding.ids)))
 
 
-def one_row_per_text(ctx: ModelContext, texts: list[str], truncate: bool, direction: str = "right") -> list[Prepared]:
-    """Embedding-style inputs: each text one model row, cut to the model's max length from ``direction`` when
-    ``truncate``, else a client error naming the first text that is too long (TEI's rule)."""
-    tokenizer = truncating_tokenizer(ctx.tokenizer, ctx.max_length, direction=direction) if truncate else ctx.tokenizer
+def one_row_per_text(
+    ctx: ModelContext, texts: list[str], truncate: bool, direction: str = "right", max_tokens: int | None = None
+) -> list[Prepared]:
+    """Embedding-style inputs: each text one model row, cut to the model's max length (or ``max_tokens``, when
+    fewer) from ``direction`` when ``truncate``, else a client error naming the first text that is too long (TEI's
+    rule)."""
+    limit = ctx.max_length if max_tokens is None else min(max_tokens, ctx.max_length)
+    if max_tokens is not None and max_tokens <= (special := ctx.tokenizer.num_special_tokens_to_add(False)):
+        raise InputError(f"max_tokens {max_tokens} leaves no room for text: the model adds {special} special tokens")
+    tokenizer = truncating_tokenizer(ctx.tokenizer, limit, direction=direction) if truncate else ctx.tokenizer
     encodings = encode_batch(tokenizer, texts, "text")
     if not truncate:
         require_fit(
-            encodings, ctx.max_length,
-            lambda index, tokens: f"input {index} is {tokens} tokens long; the model takes at most "
-            f"{ctx.max_length} (truncate: true cuts it)",
+            encodings, limit,
+            lambda index, tokens: f"input {index} is {tokens} tokens long; "
+            + (f"the model takes at most {limit}" if limit == ctx.max_length else f"max_tokens is {limit}")
+            + " (truncate: true cuts it; on Cohere's routes truncate: END or START)",
         )  # fmt: skip
     return one_row_each(encodings)
 

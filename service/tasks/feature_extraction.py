@@ -24,6 +24,15 @@ from service.tasks.base import HfMapping, InputError, ModelContext, Prepared, Ta
 from service.tasks.sparse_embedding import SparseEmbeddingParams
 
 DIRECTIONS = ("right", "left")
+# Cohere's input_type: the prompts that mean it, first found wins, else the default prompt. sentence-transformers'
+# encode_query takes "query" and encode_document the first of "document", "passage", "corpus"; Cohere's own names
+# come after them (nomic-embed's prompts are named so).
+INPUT_TYPE_PROMPTS = {
+    "search_query": ("query", "search_query"),
+    "search_document": ("document", "passage", "corpus", "search_document"),
+    "classification": ("classification",),
+    "clustering": ("clustering",),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +44,8 @@ class EmbeddingParams:
     truncation_direction: str = "right"  # which end of a long text is cut
     dimensions: int | None = None  # keep the first N values (then re-normalise when the result is normalised)
     prompt_name: str | None = None  # a key of the model's prompts, prepended to every text (None: the default one)
+    input_type: str | None = None  # Cohere's: the prompt named for it (INPUT_TYPE_PROMPTS) when prompt_name is None
+    max_tokens: int | None = None  # cut (or, without truncate, refuse) texts at this many tokens, below the model's max
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +83,11 @@ def _text(item: Any, index: int) -> str:
     return base.require_text(item, f"input {index}")
 
 
-def _prompt(ctx: ModelContext, name: str | None) -> str:
+def _prompt(ctx: ModelContext, name: str | None, input_type: str | None = None) -> str:
     """The text prepended to each input, as sentence-transformers' ``prompt_name`` prepends it."""
     if name is None:
-        return ctx.default_prompt
+        named = (found for found in INPUT_TYPE_PROMPTS.get(input_type or "", ()) if found in ctx.prompts)
+        return ctx.prompts.get(next(named, ""), ctx.default_prompt)
     if name not in ctx.prompts:
         known = ", ".join(sorted(ctx.prompts))
         raise InputError(f"prompt_name {name!r} is not one of this model's prompts ({known})" if known else
@@ -98,9 +110,9 @@ class FeatureExtractionHandler:
                 raise InputError("this model was exported without token embeddings (export it with --token-embeddings)")
             params = EmbeddingParams(None, params.truncate, params.truncation_direction, None, params.prompt_name)
         direction = _check_params(params)
-        prompt = _prompt(ctx, params.prompt_name)
+        prompt = _prompt(ctx, params.prompt_name, params.input_type)
         texts = [prompt + _text(item, index) for index, item in enumerate(inputs)]
-        return base.one_row_per_text(ctx, texts, params.truncate, direction)
+        return base.one_row_per_text(ctx, texts, params.truncate, direction, params.max_tokens)
 
     def postprocess(
         self,
