@@ -12,16 +12,21 @@ share.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from service.api.entry import Decoded, InferenceRoute, Protocol, Reply, json_reply
+from service.api.bodies import validated_json_body
+from service.api.entry import Decoded, Incoming, InferenceRoute, Protocol, Reply, json_reply
 from service.api.openai import encode_vector
-from service.core import InferenceResult
+from service.core import InferenceResult, ModelRegistry
+from service.errors import BadRequest
 from service.tasks import Embedding
 from service.tasks.feature_extraction_cohere import CohereEmbedRequest, CohereEmbedResponse, CohereV2EmbedRequest
 from service.tasks.rerank import CohereV2RerankRequest, CohereV2RerankResponse, RelevanceScore, rank
+from service.tasks.text_classification import default_function
+from service.tasks.text_classification_cohere import CohereClassifyRequest, CohereClassifyResponse
 
 
 def rerank_v2_answer(decoded: Decoded, result: InferenceResult) -> Reply:
@@ -35,10 +40,10 @@ def rerank_v2_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     return json_reply({"id": uuid.uuid4().hex, "results": ranked})
 
 
-def embeddings_by_type(vectors: list[np.ndarray], types: list[str]) -> dict[str, Any]:
+def embeddings_by_type(vectors: list[np.ndarray], types: Sequence[str]) -> dict[str, Any]:
     """Each type asked for, one entry per vector."""
     answer: dict[str, Any] = {}
-    signs = np.packbits(np.stack(vectors) > 0, axis=-1) if {"binary", "ubinary"} & set(types) else None
+    signs = np.packbits(np.stack(vectors) > 0, axis=-1)  # (texts, ceil(dimensions / 8)) uint8, for binary / ubinary
     for kind in types:
         if kind == "float":
             answer[kind] = vectors
@@ -65,6 +70,38 @@ def embed_answer(decoded: Decoded, result: InferenceResult) -> Reply:
         answer |= {"response_type": "embeddings_by_type",
                    "embeddings": embeddings_by_type(vectors, request.embedding_types or ["float"])}  # fmt: skip
     return json_reply(answer | {"texts": request.texts, "meta": meta})
+
+
+def classify_decode(incoming: Incoming, registry: ModelRegistry) -> Decoded:
+    """The body, and the model's score function: the answer's classification type (sigmoid: multi-label)."""
+    request = validated_json_body(CohereClassifyRequest, incoming.body, incoming.content_type)
+    engine = registry.select(request.task, request.model)
+    function = default_function(engine.context)
+    if function == "none":
+        raise BadRequest(f"model {engine.name!r} is a regression model: classify needs labels")
+    return Decoded(request, engine, context=function)
+
+
+def classify_answer(decoded: Decoded, result: InferenceResult) -> Reply:
+    request = decoded.request
+    assert isinstance(request, CohereClassifyRequest)
+    multi = decoded.context == "sigmoid"
+    classifications = []
+    for text, ranked in zip(request.inputs, result.results, strict=True):  # each: every label, best first
+        chosen = [item for item in ranked if item["score"] > 0.5] if multi else ranked[:1]
+        entry = {
+            "id": uuid.uuid4().hex,
+            "input": text,
+            "predictions": [item["label"] for item in chosen],
+            "confidences": [item["score"] for item in chosen],
+            "labels": {item["label"]: {"confidence": item["score"]} for item in ranked},
+            "classification_type": "multi-label" if multi else "single-label",
+        }
+        if not multi:
+            entry |= {"prediction": ranked[0]["label"], "confidence": ranked[0]["score"]}
+        classifications.append(entry)
+    meta = {"api_version": {"version": "1"}, "billed_units": {"classifications": len(classifications)}}
+    return json_reply({"id": uuid.uuid4().hex, "classifications": classifications, "meta": meta})
 
 
 EMBED = "Embed texts with a feature-extraction model ({}). input_type picks the model's prompt for it."
@@ -98,6 +135,17 @@ PROTOCOL = Protocol(
             CohereEmbedResponse,
             embed_answer,
             body=CohereV2EmbedRequest,
+        ),
+        InferenceRoute(
+            "/v1/classify",
+            "classify",
+            "Label texts with a fine-tuned text-classification model (Cohere's classify shape): every label's score;\n"
+            "single-label for a softmax model, multi-label (each label over 0.5) for a multi-label one.",
+            "cohere",
+            CohereClassifyResponse,
+            classify_answer,
+            body=CohereClassifyRequest,
+            decode=classify_decode,
         ),
     ),
 )

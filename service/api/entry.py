@@ -151,8 +151,9 @@ Answer = Callable[[Decoded, InferenceResult], Reply | Any]  # a Reply, or a JSON
 
 @dataclass(frozen=True)
 class InferenceRoute:
-    """One POST route. Its body is either ``body``, a JSON body read and validated as FastAPI reads a route's body
-    parameter, or read by ``decode`` (the route's own format; its OpenAPI body then comes from ``openapi_extra``)."""
+    """One POST route. Its body is read by ``decode`` when it has one (the route's own format, its OpenAPI body from
+    ``body`` or ``openapi_extra``), else it is ``body``, a JSON body read and validated as FastAPI reads a route's
+    body parameter."""
 
     path: str  # a path template: /v1/embeddings, /v2/models/{name}/infer
     operation: str  # the operation's name: OpenAPI's operationId and summary are made from it
@@ -166,8 +167,8 @@ class InferenceRoute:
     openapi_extra: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        if (self.body is None) == (self.decode is None):
-            raise ValueError(f"{self.path}: give either a JSON body model or a decoder")
+        if self.body is None and self.decode is None:
+            raise ValueError(f"{self.path}: give a JSON body model, a decoder or both")
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,7 @@ def decode(
 ) -> Decoded:
     """The request in the task's terms: its JSON body validated as the route's model, or the route's decoder's."""
     content_type = header(scope["headers"], b"content-type")
-    if route.body is not None:
-        return Decoded(validated_json_body(route.body, body, content_type))
-    assert route.decode is not None
-    return route.decode(Incoming(body, content_type, scope["headers"], path_params), registry)
+    if route.decode is not None:
+        return route.decode(Incoming(body, content_type, scope["headers"], path_params), registry)
+    assert route.body is not None
+    return Decoded(validated_json_body(route.body, body, content_type))

@@ -26,6 +26,7 @@ OPERATION_IDS: dict[str, str] = {  # the route's name (its function's, or Infere
     "rerank_v2": "rerankV2",
     "embed_v1": "embedV1",
     "embed_v2": "embedV2",
+    "classify": "classify",
     "embeddings": "createEmbeddings",
     "create_file": "createFile",
     "list_files": "listFiles",

@@ -35,6 +35,7 @@ class ClassificationParams:
     function_to_apply: str | None = DEFAULTS["function_to_apply"]
     truncation: bool = False
     long_text: str | None = None  # "chunk": classify long inputs in windows
+    truncation_direction: str = "right"  # which end truncation cuts ("left": Cohere's truncate START)
 
 
 def default_function(ctx: ModelContext) -> str:
@@ -91,14 +92,15 @@ class TextClassificationHandler:
                 )
             return prepared
         if params.truncation:
-            encodings = base.encode_batch(base.truncating_tokenizer(ctx.tokenizer, ctx.max_length), texts, "text")
+            tokenizer = base.truncating_tokenizer(ctx.tokenizer, ctx.max_length, direction=params.truncation_direction)
+            encodings = base.encode_batch(tokenizer, texts, "text")
         else:
             encodings = base.encode_batch(ctx.tokenizer, texts, "text")
             base.require_fit(
                 encodings, ctx.max_length,
                 lambda index, tokens: f"input {index} is {tokens} tokens long; the model takes at most "
                 f'{ctx.max_length}: send "truncation": true to cut it, or "long_text": "chunk" to classify it in '
-                "windows",
+                "windows (on Cohere's /v1/classify truncate: END or START)",
             )  # fmt: skip
         return base.one_row_each(encodings)
 
