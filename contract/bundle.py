@@ -81,6 +81,10 @@ class BundleSpec:
     # it prepends when none is named.
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
+    # feature-extraction only (--embedding-calibration): each dimension's min and max over the sentence embeddings
+    # of calibration texts, [[min...], [max...]]: the int8 / uint8 quantization ranges of sentence-transformers'
+    # quantize_embeddings, so a text's int8 vector does not depend on the texts sent with it. Empty: none.
+    embedding_ranges: list[list[float]] = field(default_factory=list)
     # Request parameters this model answers with when a request leaves them out (a NER model's whole-word
     # aggregation_strategy "first"): keys of the task's pipeline defaults, JSON scalar values.
     request_defaults: dict[str, Any] = field(default_factory=dict)
@@ -149,10 +153,28 @@ class BundleSpec:
         defaults_problem = task.request_defaults_problem(self.request_defaults)
         if defaults_problem is not None:
             raise BundleError(path, defaults_problem)
+        ranges_problem = _ranges_problem(self.embedding_ranges)
+        if self.embedding_ranges and self.task != "feature-extraction":
+            raise BundleError(path, f"embedding_ranges apply to feature-extraction only, not {self.task}")
+        if ranges_problem is not None:
+            raise BundleError(path, f"embedding_ranges {ranges_problem}")
         if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
             raise BundleError(path, f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts")
         if self.lora and (set(self.lora) != LORA_KEYS or self.quantization != "none"):
             raise BundleError(path, f"lora needs exactly {sorted(LORA_KEYS)} and an unquantized graph")
+
+
+def _ranges_problem(ranges: list[list[float]]) -> str | None:
+    if not ranges:
+        return None
+    if len(ranges) != 2 or not ranges[0] or len(ranges[0]) != len(ranges[1]):
+        return "must be two lists of one number per dimension, [[min...], [max...]]"
+    numbers = [value for row in ranges for value in row]
+    if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in numbers):
+        return "must hold numbers only"
+    if any(low > high for low, high in zip(ranges[0], ranges[1], strict=True)):
+        return "has a dimension whose min is above its max"
+    return None
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ from model_export.checkpoint_files import (
     sentence_prompts,
     weights_sha256,
 )
+from model_export.embedding_ranges import embedding_ranges, read_texts
 from model_export.families import Family, load_for_export, read_facts, resolve_task
 from model_export.int8_checks import (
     SPEED_BATCH,
@@ -200,6 +201,7 @@ def export_bundle(
     token_embeddings: bool = DEFAULTS.token_embeddings,
     request_defaults: dict[str, Any] | None = DEFAULTS.request_defaults,
     int8_calibration: str | Path | None = DEFAULTS.int8_calibration,
+    embedding_calibration: str | Path | None = DEFAULTS.embedding_calibration,
     lora_rank: int = DEFAULTS.lora_rank,
     lora_targets: str = DEFAULTS.lora_targets,
 ) -> Bundle:
@@ -222,6 +224,7 @@ def export_bundle(
     the served model answers with when a request leaves them out (``{"aggregation_strategy": "first"}``).
     ``int8_calibration`` (with int8): JSONL rows in ``eval_data``'s format (labels unused) whose windows calibrate
     static int8 (``calibration``: QDQ MatMuls, fixed activation scales) instead of dynamic int8.
+    ``embedding_calibration`` (feature-extraction): a file of texts whose embeddings' ranges go into bundle.json.
     """
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     if quantize not in QUANTIZATIONS:
@@ -267,8 +270,10 @@ def export_bundle(
         max_length = resolve_max_length(max_length, settings, facts.max_positions)
         eval_rows = None if eval_data is None else read_eval_rows(eval_data, task, facts.id2label)
         calibration_rows = None if int8_calibration is None else read_eval_rows(int8_calibration, task, facts.id2label)
-        if token_embeddings and task != "feature-extraction":
-            raise ExportError(f"token_embeddings apply to feature-extraction only, not {task}")
+        for name, given in (("token_embeddings", token_embeddings), ("embedding_calibration", embedding_calibration)):
+            if given and task != "feature-extraction":
+                raise ExportError(f"{name} apply to feature-extraction only, not {task}")
+        calibration_texts = None if embedding_calibration is None else read_texts(embedding_calibration)
         outputs = TASKS[task].outputs + (("token_embeddings",) if token_embeddings else ())
         adapter = OnnxAdapter(model, outputs, facts.inputs).eval()
         del model  # the adapter holds the only reference, dropped once the graph is exported
@@ -359,6 +364,10 @@ def export_bundle(
             else:
                 quantize = "none"
                 parity.pop("int8")
+        ranges: list[list[float]] = []
+        if calibration_texts is not None:  # on the CPU graph (an fp16 graph is made from it next)
+            use_types = facts.type_vocab_size > 1
+            ranges = embedding_ranges(model_path, tokenizer, max_length, special_ids.pad, use_types, calibration_texts)
         if precision == "fp16":
             with progress.step("fusing for GPU and converting to fp16"):
                 fp16_path = work / "fp16.onnx"
@@ -384,6 +393,7 @@ def export_bundle(
                 normalize=embedding.normalize if embedding is not None else False,
                 prompts=prompts,
                 default_prompt_name=default_prompt_name,
+                embedding_ranges=ranges,
                 request_defaults=dict(request_defaults or {}),
                 do_lower_case=do_lower_case,
                 clean_up_tokenization_spaces=bool(settings.get("clean_up_tokenization_spaces", True)),

@@ -150,6 +150,16 @@ class ExportOptions:
             "(default: the sentence embedding only)"
         ),
     )
+    embedding_calibration: str | Path | None = field(
+        default=None,
+        metadata=cli(
+            "feature-extraction: a file of texts, one a line (a few hundred like those to be embedded), whose sentence "
+            "embeddings' per-dimension min and max go into bundle.json (embedding_ranges): the int8 / uint8 "
+            "quantization ranges Cohere's embed answers with, as sentence-transformers' quantize_embeddings "
+            "(default: none; int8 and uint8 embeddings are then refused)",
+            metavar="FILE",
+        ),
+    )
     lora_rank: int = field(
         default=0,
         metadata=cli(

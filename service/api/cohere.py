@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from service.api.bodies import validated_json_body
-from service.api.entry import Decoded, Incoming, InferenceRoute, Protocol, Reply, json_reply
+from service.api.entry import Decoded, Decoder, Incoming, InferenceRoute, Protocol, Reply, json_reply
 from service.api.openai import encode_vector
 from service.core import InferenceResult, ModelRegistry
 from service.errors import BadRequest
@@ -40,10 +40,47 @@ def rerank_v2_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     return json_reply({"id": uuid.uuid4().hex, "results": ranked})
 
 
-def embeddings_by_type(vectors: list[np.ndarray], types: Sequence[str]) -> dict[str, Any]:
+def embed_decoder(body: type[CohereEmbedRequest]) -> Decoder:
+    """The body as ``body``; for int8 or uint8, with the model and its quantization ranges (bundle.json's
+    embedding_ranges, cut to the dimensions answered)."""
+
+    def decode(incoming: Incoming, registry: ModelRegistry) -> Decoded:
+        request = validated_json_body(body, incoming.body, incoming.content_type)
+        if not {"int8", "uint8"} & set(request.embedding_types or ()):
+            return Decoded(request)
+        engine = registry.select(request.task, request.model)
+        ranges = engine.context.embedding_ranges
+        if ranges is None:
+            raise BadRequest(
+                f"model {engine.name!r} has no int8 / uint8 quantization ranges: export it with "
+                "--embedding-calibration FILE (texts like those to be embedded), or ask for float, base64, binary or "
+                "ubinary"
+            )
+        dimensions = getattr(request, "output_dimension", None) or ranges.shape[1]
+        if dimensions < ranges.shape[1] and engine.context.embedding_normalized:
+            raise BadRequest(
+                "int8 / uint8 with output_dimension: the cut vectors are normalised again, which the model's ranges "
+                "(taken at its full dimension) do not describe; ask for the full dimension, or for float, binary or "
+                "ubinary"
+            )
+        return Decoded(request, engine, context=ranges[:, :dimensions])
+
+    return decode
+
+
+def quantized(vectors: np.ndarray, ranges: np.ndarray, signed: bool) -> np.ndarray:
+    """sentence-transformers' ``quantize_embeddings`` int8 / uint8 with fixed ``ranges`` ((2, dimensions))."""
+    steps = (ranges[1] - ranges[0]) / 255
+    steps = np.where(steps == 0, 1, steps)
+    buckets = np.clip(np.floor((vectors - ranges[0]) / steps), 0, 255)
+    return (buckets - 128).astype(np.int8) if signed else buckets.astype(np.uint8)
+
+
+def embeddings_by_type(vectors: list[np.ndarray], types: Sequence[str], ranges: np.ndarray | None) -> dict[str, Any]:
     """Each type asked for, one entry per vector."""
     answer: dict[str, Any] = {}
-    signs = np.packbits(np.stack(vectors) > 0, axis=-1)  # (texts, ceil(dimensions / 8)) uint8, for binary / ubinary
+    stacked = np.stack(vectors)
+    signs = np.packbits(stacked > 0, axis=-1)  # (texts, ceil(dimensions / 8)) uint8, for binary / ubinary
     for kind in types:
         if kind == "float":
             answer[kind] = vectors
@@ -53,6 +90,9 @@ def embeddings_by_type(vectors: list[np.ndarray], types: Sequence[str]) -> dict[
             answer[kind] = list(signs)
         elif kind == "binary":
             answer[kind] = list(signs.astype(np.int16) - 128)
+        else:  # int8, uint8: the decoder found the model's ranges
+            assert ranges is not None
+            answer[kind] = list(quantized(stacked, ranges, signed=kind == "int8"))
     return answer
 
 
@@ -67,8 +107,8 @@ def embed_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     if version == "1" and request.embedding_types is None:
         answer |= {"response_type": "embeddings_floats", "embeddings": vectors}
     else:
-        answer |= {"response_type": "embeddings_by_type",
-                   "embeddings": embeddings_by_type(vectors, request.embedding_types or ["float"])}  # fmt: skip
+        by_type = embeddings_by_type(vectors, request.embedding_types or ["float"], decoded.context)
+        answer |= {"response_type": "embeddings_by_type", "embeddings": by_type}
     return json_reply(answer | {"texts": request.texts, "meta": meta})
 
 
@@ -126,6 +166,7 @@ PROTOCOL = Protocol(
             CohereEmbedResponse,
             embed_answer,
             body=CohereEmbedRequest,
+            decode=embed_decoder(CohereEmbedRequest),
         ),
         InferenceRoute(
             "/v2/embed",
@@ -135,6 +176,7 @@ PROTOCOL = Protocol(
             CohereEmbedResponse,
             embed_answer,
             body=CohereV2EmbedRequest,
+            decode=embed_decoder(CohereV2EmbedRequest),
         ),
         InferenceRoute(
             "/v1/classify",

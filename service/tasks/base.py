@@ -68,6 +68,9 @@ class ModelContext:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt: str = ""
     token_embeddings: bool = False  # feature-extraction: the graph also gives its token states (TEI's /embed_all)
+    # feature-extraction: (2, dimensions) float32, each dimension's min and max over calibration texts (bundle.json's
+    # embedding_ranges): the int8 / uint8 quantization ranges; None: not calibrated.
+    embedding_ranges: np.ndarray | None = field(default=None, compare=False, repr=False)
     # token classification: a lone token's decoded string, filled as tokens are met (at most the vocabulary)
     token_strings: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     # Worked out once here, not per request: the NLI head's entailment label (zero-shot; None: none) and the
@@ -112,6 +115,7 @@ class ModelContext:
             embedding_normalized=spec.normalize,
             prompts=dict(spec.prompts),
             token_embeddings="token_embeddings" in spec.outputs,
+            embedding_ranges=np.asarray(spec.embedding_ranges, dtype=np.float32) if spec.embedding_ranges else None,
             default_prompt=default_prompt,
         )
 

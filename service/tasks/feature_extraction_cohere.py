@@ -17,8 +17,8 @@ COHERE_EMBEDDING_TYPES = Literal["float", "int8", "uint8", "binary", "ubinary", 
 
 
 class CohereEmbedRequest(TaskRequest):
-    """Cohere's v1 embed body (``cohere.Client.embed``). Texts only; ``int8`` and ``uint8`` are refused (they need
-    quantization ranges calibrated for the model, which sentence-transformers takes from a calibration set)."""
+    """Cohere's v1 embed body (``cohere.Client.embed``). Texts only; ``int8`` and ``uint8`` need the model's
+    quantization ranges (bundle.json ``embedding_ranges``, from ``--embedding-calibration`` at export)."""
 
     model_config = examples(
         {"model": "minilm", "texts": ["A man is eating food."], "input_type": "search_document"},
@@ -38,7 +38,8 @@ class CohereEmbedRequest(TaskRequest):
         None,
         description="Left out: floats (response_type embeddings_floats). Else each type asked for (embeddings_by_type):"
         " float; binary / ubinary (the signs packed 8 a byte, as sentence-transformers' quantize_embeddings); base64 "
-        "(float32 little-endian bytes). int8 and uint8 are refused.",
+        "(float32 little-endian bytes); int8 / uint8 (quantize_embeddings' buckets of the model's calibrated ranges: "
+        "a model exported with --embedding-calibration, else a 400).",
     )
     truncate: Literal["NONE", "START", "END"] = Field(
         "END", description="A text longer than the model's max length: cut at its END or START, or NONE: a 400."
@@ -56,16 +57,6 @@ class CohereEmbedRequest(TaskRequest):
     def _not_image(cls, value: str | None) -> str | None:
         if value == "image":
             raise ValueError("input_type image is not taken: this server embeds texts")
-        return value
-
-    @field_validator("embedding_types")
-    @classmethod
-    def _uncalibrated(cls, value: list[str] | None) -> list[str] | None:
-        if value and {"int8", "uint8"} & set(value):
-            raise ValueError(
-                "int8 and uint8 need quantization ranges calibrated for the model, which this server does not have: "
-                "ask for float, base64, binary or ubinary"
-            )
         return value
 
     def input_list(self) -> list[str]:
@@ -111,6 +102,8 @@ class CohereV2EmbedRequest(CohereEmbedRequest):
 
 class CohereEmbeddingsByType(BaseModel):
     float_: list[list[float]] | None = Field(None, alias="float", description="Float vectors, one per text.")
+    int8: list[list[int]] | None = Field(None, description="Each value's bucket of the model's range, -128..127.")
+    uint8: list[list[int]] | None = Field(None, description="Each value's bucket of the model's range, 0..255.")
     binary: list[list[int]] | None = Field(None, description="Signs packed 8 a byte, as int8 (-128..127).")
     ubinary: list[list[int]] | None = Field(None, description="Signs packed 8 a byte, as uint8 (0..255).")
     base64: list[str] | None = Field(None, description="Base64 of each vector's float32 little-endian bytes.")

@@ -7,6 +7,8 @@ sentence-transformers itself: ``input_type`` search_query / search_document equa
 from __future__ import annotations
 
 import base64
+import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,13 +32,32 @@ TEXTS = ["Who lives in Paris?", "John Smith lives in Paris and works for the ban
 LONG = " ".join(["the quick brown fox jumps over the lazy dog"] * 60)
 
 
+CALIBRATION = [
+    f"{subject} {verb} {place}"
+    for subject in ("a man", "the team", "my dog", "John Smith", "she")
+    for verb in ("lives in", "runs to", "won the game in", "writes about")
+    for place in ("Paris", "the park")
+]
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("cohere")
     encoder = build_family_checkpoint("bert", "feature-extraction", root / "encoder")
     checkpoint = root / "checkpoint"
     st.SentenceTransformer(str(encoder), device="cpu", prompts=PROMPTS).save(str(checkpoint))
-    return checkpoint, export_bundle(checkpoint, root / "bundle", task="feature-extraction").path
+    texts = root / "calibration.txt"
+    texts.write_text("\n".join(CALIBRATION) + "\n\n")
+    bundle = export_bundle(checkpoint, root / "bundle", task="feature-extraction", embedding_calibration=texts)
+    return checkpoint, bundle.path
+
+
+def variant(bundle: Path, folder: Path, **changes: object) -> Path:
+    """A copy of ``bundle`` whose bundle.json has ``changes`` (its hashed graph and tokenizer as they are)."""
+    shutil.copytree(bundle, folder)
+    spec = json.loads((folder / "bundle.json").read_text())
+    (folder / "bundle.json").write_text(json.dumps({**spec, **changes}))
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +66,14 @@ def oracle(model: tuple[Path, Path]):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def server_url(model: tuple[Path, Path]) -> Iterator[str]:
-    with real_server_for({"embed": model[1]}, tune=False) as url:
+def server_url(model: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("variants")
+    bundles = {
+        "embed": model[1],
+        "uncalibrated": variant(model[1], root / "uncalibrated", embedding_ranges=[]),
+        "normalized": variant(model[1], root / "normalized", normalize=True),  # read as a normalising graph
+    }
+    with real_server_for(bundles, tune=False) as url:
         yield url
 
 
@@ -106,8 +133,8 @@ def test_truncation_and_the_tokens_billed(server_url: str, oracle) -> None:  # t
     client = cohere.Client(base_url=server_url, api_key="unused")
     end = np.array(client.embed(texts=[LONG], model="embed").embeddings)
     np.testing.assert_allclose(end, oracle.encode([LONG]), atol=1e-5)  # END: sentence-transformers' own cut
-    tei = httpx.post(f"{server_url}/embed", json={"inputs": LONG, "truncate": True, "truncation_direction": "Left",
-                                                  "normalize": False}).json()  # fmt: skip
+    left = {"inputs": LONG, "model": "embed", "truncate": True, "truncation_direction": "Left", "normalize": False}
+    tei = httpx.post(f"{server_url}/embed", json=left).json()
     start = np.array(client.embed(texts=[LONG], model="embed", truncate="START").embeddings)
     np.testing.assert_allclose(start, np.array(tei), atol=1e-6)
     assert not np.allclose(start, end, atol=1e-3)
@@ -122,7 +149,6 @@ def test_truncation_and_the_tokens_billed(server_url: str, oracle) -> None:  # t
 @pytest.mark.parametrize(
     ("body", "words"),
     [
-        ({"texts": TEXTS, "embedding_types": ["int8"]}, "int8 and uint8 need quantization ranges calibrated"),
         ({"texts": TEXTS, "images": ["data:image/png;base64,AAAA"]}, "images are not embedded"),
         ({"texts": TEXTS, "input_type": "image"}, "input_type image is not taken"),
         ({"texts": TEXTS, "inputs": [{"content": [{"type": "text", "text": "a"}]}]}, "inputs (mixed text and image"),
@@ -139,7 +165,7 @@ def test_what_is_not_taken_is_a_422_naming_it(server_url: str, body: dict, words
 def test_errors_reach_the_clients_as_cohere_errors(server_url: str) -> None:
     client = cohere.ClientV2(base_url=server_url, api_key="unused")
     with pytest.raises(cohere.errors.UnprocessableEntityError):
-        client.embed(texts=TEXTS, model="embed", input_type="search_query", embedding_types=["uint8"])
+        client.embed(texts=TEXTS, model="embed", input_type="search_query", embedding_types=["float64"])
     with pytest.raises(cohere.core.api_error.ApiError) as missing:
         client.embed(texts=TEXTS, model="nope", input_type="search_query")
     assert missing.value.status_code == 404
@@ -179,3 +205,59 @@ def test_a_token_cap_that_leaves_no_room_for_text_is_a_400(server_url: str) -> N
     message = "max_tokens 2 leaves no room for text: the model adds 2 special tokens"
     assert response.json()["error"]["message"] == message
     assert httpx.post(f"{server_url}/v2/embed", json={**body, "max_tokens": 3}).status_code == 200
+
+
+def test_int8_and_uint8_are_buckets_of_the_ranges_the_export_calibrated(server_url: str, model, oracle) -> None:  # type: ignore[no-untyped-def]
+    ranges = np.array(json.loads((model[1] / "bundle.json").read_text())["embedding_ranges"])
+    calibration = oracle.encode(CALIBRATION)  # sentence-transformers' calibration_embeddings of the same texts
+    np.testing.assert_allclose(ranges, np.stack([calibration.min(axis=0), calibration.max(axis=0)]), atol=1e-5)
+    client = cohere.ClientV2(base_url=server_url, api_key="unused")
+    for dimensions in (None, 16):
+        answer = client.embed(texts=TEXTS, model="embed", input_type="search_query", output_dimension=dimensions,
+                              embedding_types=["float", "int8", "uint8"]).embeddings  # fmt: skip
+        floats, cut = np.array(answer.float_, dtype=np.float32), ranges[:, : dimensions or ranges.shape[1]]
+        for precision in ("int8", "uint8"):
+            expected = quantize_embeddings(floats, precision=precision, ranges=cut)
+            assert np.array_equal(np.array(getattr(answer, precision)), expected), (precision, dimensions)
+    spread = np.array(client.embed(texts=CALIBRATION, model="embed", input_type="clustering",
+                                   embedding_types=["uint8"]).embeddings.uint8)  # fmt: skip
+    assert spread.min() == 0 and spread.max() == 255  # the calibration texts span each range
+
+
+def test_int8_without_ranges_or_on_a_cut_normalised_vector_is_a_400(server_url: str) -> None:
+    client = cohere.ClientV2(base_url=server_url, api_key="unused")
+    with pytest.raises(cohere.errors.BadRequestError) as uncalibrated:
+        client.embed(texts=TEXTS, model="uncalibrated", input_type="search_query", embedding_types=["int8"])
+    assert "has no int8 / uint8 quantization ranges: export it with --embedding-calibration" in str(
+        uncalibrated.value.body
+    )
+    with pytest.raises(cohere.errors.BadRequestError) as cut:
+        client.embed(texts=TEXTS, model="normalized", input_type="search_query", embedding_types=["uint8"],
+                     output_dimension=16)  # fmt: skip
+    assert "the cut vectors are normalised again" in str(cut.value.body)
+    whole = client.embed(texts=TEXTS, model="normalized", input_type="search_query", embedding_types=["uint8"])
+    assert len(whole.embeddings.uint8) == len(TEXTS)
+    plain = client.embed(texts=TEXTS, model="uncalibrated", input_type="search_query", embedding_types=["binary"])
+    assert len(plain.embeddings.binary) == len(TEXTS)
+
+
+def test_calibration_files_and_ranges_are_checked(model, tmp_path: Path, tiny_models) -> None:  # type: ignore[no-untyped-def]
+    from contract.bundle import BundleError, read_bundle
+    from model_export.validate import ExportError
+
+    lonely = tmp_path / "one.txt"
+    lonely.write_text("only one text\n\n")
+    with pytest.raises(ExportError, match=r"one\.txt: 1 texts; give at least two"):
+        export_bundle(model[0], tmp_path / "b1", task="feature-extraction", embedding_calibration=lonely)
+    with pytest.raises(ExportError, match="embedding_calibration apply to feature-extraction only, not fill-mask"):
+        export_bundle(tiny_models["fill-mask"].checkpoint, tmp_path / "b2", embedding_calibration=lonely)
+    for number, (ranges, problem) in enumerate(
+        (
+            ([[0.0, 1.0]], "must be two lists"),
+            ([[0.0, 1.0], [1.0]], "must be two lists"),
+            ([[0.0, "x"], [1.0, 2.0]], "must hold numbers only"),
+            ([[0.0, 3.0], [1.0, 2.0]], "min is above its max"),
+        )
+    ):
+        with pytest.raises(BundleError, match=problem):
+            read_bundle(variant(model[1], tmp_path / f"bad{number}", embedding_ranges=ranges))
