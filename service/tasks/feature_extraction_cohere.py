@@ -62,13 +62,13 @@ class CohereEmbedRequest(TaskRequest):
     def input_list(self) -> list[str]:
         return self.texts
 
-    def params(self) -> EmbeddingParams:
+    def embedding_params(self) -> EmbeddingParams:
         direction = "left" if self.truncate == "START" else "right"
         return EmbeddingParams(truncate=self.truncate != "NONE", truncation_direction=direction,
                                input_type=self.input_type)  # fmt: skip
 
     def to_task(self) -> tuple[list[Any], EmbeddingParams]:
-        return list(self.texts), self.params()
+        return list(self.texts), self.embedding_params()
 
 
 class CohereV2EmbedRequest(CohereEmbedRequest):
@@ -84,7 +84,7 @@ class CohereV2EmbedRequest(CohereEmbedRequest):
     inputs: list[Any] | None = Field(None, description="Not taken (mixed text and image content): send texts.")
     max_tokens: int | None = Field(None, ge=1, description="Cut (or, with truncate NONE, refuse) at this many tokens.")
     output_dimension: int | None = Field(
-        None, ge=1, description="Keep the first N values and re-normalise them; at most the model's hidden size."
+        None, ge=1, description="Keep the first N values (re-normalised when the model's vectors are normalised)."
     )
     priority: int | None = Field(None, ge=0, description="Accepted for Cohere's clients; not used.")
 
@@ -96,8 +96,8 @@ class CohereV2EmbedRequest(CohereEmbedRequest):
         return value
 
     def to_task(self) -> tuple[list[Any], EmbeddingParams]:
-        params = dataclasses.replace(self.params(), max_tokens=self.max_tokens, dimensions=self.output_dimension)
-        return list(self.texts), params
+        params = dataclasses.replace(self.embedding_params(), max_tokens=self.max_tokens)
+        return list(self.texts), dataclasses.replace(params, dimensions=self.output_dimension)
 
 
 class CohereEmbeddingsByType(BaseModel):
