@@ -16,12 +16,23 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from fastapi import APIRouter
+from tokenizers import Encoding
 
 from service.api.bodies import validated_json_body
+from service.api.deps import RegistryDep
 from service.api.entry import Decoded, Decoder, Incoming, InferenceRoute, Protocol, Reply, json_reply
+from service.api.error_docs import error_responses
 from service.api.openai import encode_vector
 from service.core import InferenceResult, ModelRegistry
-from service.errors import BadRequest
+from service.errors import BadRequest, InvalidRequest, ModelNotFound, PayloadTooLarge, UnsupportedMediaType
+from service.schemas.cohere import (
+    COHERE_META,
+    CohereDetokenizeRequest,
+    CohereDetokenizeResponse,
+    CohereTokenizeRequest,
+    CohereTokenizeResponse,
+)
 from service.tasks import Embedding
 from service.tasks.feature_extraction_cohere import CohereEmbedRequest, CohereEmbedResponse, CohereV2EmbedRequest
 from service.tasks.rerank import CohereV2RerankRequest, CohereV2RerankResponse, RelevanceScore, rank
@@ -144,6 +155,29 @@ def classify_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     return json_reply({"id": uuid.uuid4().hex, "classifications": classifications, "meta": meta})
 
 
+router = APIRouter(tags=["cohere"])
+TOKENIZER_ERRORS = error_responses(BadRequest, ModelNotFound, PayloadTooLarge, UnsupportedMediaType, InvalidRequest)
+
+
+@router.post("/v1/tokenize", response_model=CohereTokenizeResponse, responses=TOKENIZER_ERRORS)
+async def cohere_tokenize(body: CohereTokenizeRequest, registry: RegistryDep) -> CohereTokenizeResponse:
+    """The text's tokens by the model's tokenizer (Cohere's tokenize): ids and the text each covers."""
+
+    def shaped(encodings: list[Encoding]) -> CohereTokenizeResponse:
+        [encoding] = encodings
+        strings = [body.text[start:stop] for start, stop in encoding.offsets]
+        return CohereTokenizeResponse(tokens=encoding.ids, token_strings=strings, meta=COHERE_META)
+
+    return await registry.select(None, body.model, "name one with model").tokenize([body.text], False, shaped)
+
+
+@router.post("/v1/detokenize", response_model=CohereDetokenizeResponse, responses=TOKENIZER_ERRORS)
+async def cohere_detokenize(body: CohereDetokenizeRequest, registry: RegistryDep) -> CohereDetokenizeResponse:
+    """The text of token ids by the model's tokenizer (Cohere's detokenize), special tokens left out."""
+    [text] = await registry.select(None, body.model, "name one with model").decode([body.tokens])
+    return CohereDetokenizeResponse(text=text, meta=COHERE_META)
+
+
 EMBED = "Embed texts with a feature-extraction model ({}). input_type picks the model's prompt for it."
 
 PROTOCOL = Protocol(
@@ -190,4 +224,5 @@ PROTOCOL = Protocol(
             decode=classify_decode,
         ),
     ),
+    router,
 )

@@ -27,6 +27,8 @@ OPERATION_IDS: dict[str, str] = {  # the route's name (its function's, or Infere
     "embed_v1": "embedV1",
     "embed_v2": "embedV2",
     "classify": "classify",
+    "cohere_tokenize": "cohereTokenize",
+    "cohere_detokenize": "cohereDetokenize",
     "embeddings": "createEmbeddings",
     "create_file": "createFile",
     "list_files": "listFiles",
