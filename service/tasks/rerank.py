@@ -31,6 +31,7 @@ class RerankParams:
     query: str
     truncate: bool = True  # False: a (query, document) pair longer than the model's max length is a client error
     truncation_direction: str = "right"  # which end of a long document is cut
+    max_document_tokens: int | None = None  # cut each document to this many tokens (Cohere's max_tokens_per_doc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +81,11 @@ class RerankHandler:
                 f"in the model's {ctx.max_length} (queries are never truncated)"
             )
         pairs = [(params.query, document) for document in documents]
+        limit = ctx.max_length
+        if params.max_document_tokens is not None:
+            limit = min(limit, query_tokens + special + params.max_document_tokens)
         if params.truncate:
-            tokenizer = base.truncating_tokenizer(
-                ctx.tokenizer, ctx.max_length, strategy="only_second", direction=direction
-            )
+            tokenizer = base.truncating_tokenizer(ctx.tokenizer, limit, strategy="only_second", direction=direction)
             encodings = base.encode_batch(tokenizer, pairs, "query and document")
         else:
             encodings = base.encode_batch(ctx.tokenizer, pairs, "query and document")
@@ -165,14 +167,14 @@ class CohereV2RerankRequest(TaskRequest):
     )
     top_n: int | None = Field(None, ge=1, le=MAX_TOP_K, description="Return only the best n; default all.")
     max_tokens_per_doc: int | None = Field(
-        None, ge=1, description="Accepted for Cohere's clients; documents are cut to what fits the model anyway."
+        None, ge=1, description="Cut each document to this many tokens (and always to what fits with the query)."
     )
 
     def input_list(self) -> list[str]:
         return self.documents
 
     def to_task(self) -> tuple[list[Any], RerankParams]:
-        return list(self.documents), RerankParams(query=self.query)
+        return list(self.documents), RerankParams(query=self.query, max_document_tokens=self.max_tokens_per_doc)
 
 
 class CohereV2RerankResult(BaseModel):

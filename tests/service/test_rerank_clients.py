@@ -87,3 +87,20 @@ def test_cors_answers_allowed_origins_only(tiny_models: dict[str, TinyModel]) ->
     assert call.status_code == 401  # the key still applies to the call itself
     assert keyed.status_code == 200 and keyed.headers["access-control-allow-origin"] == "https://app.example"
     assert "access-control-allow-origin" not in other.headers
+
+
+def test_cohere_v2_cuts_each_document_at_max_tokens_per_doc(server_url: str) -> None:
+    """A document cut at N tokens scores as the text those N tokens cover, sent whole."""
+    client = cohere.ClientV2(base_url=server_url, api_key="unused")
+    document = DOCUMENTS[1]
+    spans = httpx.post(f"{server_url}/tokenize", json={"inputs": document, "add_special_tokens": False}).json()[0]
+    cut = [token["stop"] for token in spans if token["stop"] < len(document) and document[token["stop"]] == " "][1]
+    words = len([token for token in spans if token["stop"] <= cut])  # the tokens of the first two words
+
+    def scores(documents: list[str], **options: int) -> list[float]:
+        answer = client.rerank(model="rerank", query=QUERY, documents=documents, **options)
+        return [item.relevance_score for item in sorted(answer.results, key=lambda item: item.index)]
+
+    capped = scores([document, "paris"], max_tokens_per_doc=words)
+    assert capped == scores([document[:cut], "paris"])
+    assert capped[0] != scores([document])[0] and capped[1] == scores(["paris"])[0]
