@@ -1,12 +1,14 @@
-"""Cohere's routes: rerank v2 (``POST /v2/rerank``) and embed v1 and v2 (``POST /v1/embed``, ``/v2/embed``), as
-``cohere.ClientV2(base_url=...).rerank``, ``cohere.Client(...).embed`` and ``cohere.ClientV2(...).embed`` post them.
+"""Cohere's routes, as ``cohere.Client`` / ``cohere.ClientV2`` (``base_url=...``) post them: rerank v2 (``POST
+/v2/rerank``), embed v1 and v2 (``/v1/embed``, ``/v2/embed``), classify (``/v1/classify``), tokenize and detokenize
+(``/v1/tokenize``, ``/v1/detokenize``).
 
 Rerank v2 is ``/v1/rerank``'s ranking (Cohere's v1 shape, ``service.api.rerank``) in v2's answer: ``id`` and
 ``results`` of ``index`` and ``relevance_score``, no documents. Embed answers one vector per text in each type asked
-for: float, base64 (float32 little-endian bytes), binary and ubinary (the signs packed 8 a byte, as
-sentence-transformers' ``quantize_embeddings``); v1 without ``embedding_types`` answers ``embeddings_floats``. These
-sit beside the Open Inference Protocol's ``/v2/models/...`` and ``/v2/health/...`` routes, whose paths they do not
-share.
+for: float, base64 (float32 little-endian bytes), binary and ubinary (the signs packed 8 a byte) and int8 / uint8
+(buckets of the model's calibrated ranges), as sentence-transformers' ``quantize_embeddings``; v1 without
+``embedding_types`` answers ``embeddings_floats``. Classify scores every label with the model's own score function
+(softmax: single-label; sigmoid: multi-label). These sit beside the Open Inference Protocol's ``/v2/models/...`` and
+``/v2/health/...`` routes, whose paths they do not share.
 """
 
 from __future__ import annotations
