@@ -26,7 +26,7 @@ def rerank_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     for index in rank([item.score for item in scores], request.top_n):
         entry: dict[str, object] = {"index": index, "relevance_score": scores[index].score}
         if request.return_documents:
-            entry["document"] = {"text": request.documents[index]}
+            entry["document"] = {"text": request.texts()[index]}
         ranked.append(entry)
     return json_reply({"model": result.model, "results": ranked})
 

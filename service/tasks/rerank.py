@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, RootModel
+from pydantic import BaseModel, Field, RootModel, field_validator
 
 from service.errors import BadRequest
 from service.oip import layouts as oip
@@ -32,6 +32,9 @@ class RerankParams:
     truncate: bool = True  # False: a (query, document) pair longer than the model's max length is a client error
     truncation_direction: str = "right"  # which end of a long document is cut
     max_document_tokens: int | None = None  # cut each document to this many tokens (Cohere's max_tokens_per_doc)
+    max_chunks: int | None = (
+        None  # score a long document as its best of this many windows (Cohere's max_chunks_per_doc)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,13 @@ class RerankHandler:
         limit = ctx.max_length
         if params.max_document_tokens is not None:
             limit = min(limit, query_tokens + special + params.max_document_tokens)
+        if params.max_chunks is not None:  # each document in windows of what fits beside the query, the best scored
+            tokenizer = base.truncating_tokenizer(ctx.tokenizer, limit, strategy="only_second")
+            prepared = []
+            for encoding in base.encode_batch(tokenizer, pairs, "query and document"):
+                windows = [encoding, *encoding.overflowing][: params.max_chunks]
+                prepared.append(Prepared([base.to_sequence(window) for window in windows], state=None))
+            return prepared
         if params.truncate:
             tokenizer = base.truncating_tokenizer(ctx.tokenizer, limit, strategy="only_second", direction=direction)
             encodings = base.encode_batch(tokenizer, pairs, "query and document")
@@ -99,11 +109,17 @@ class RerankHandler:
     def postprocess(
         self, ctx: ModelContext, prepared: Prepared, outputs: list[dict[str, np.ndarray]], params: RerankParams
     ) -> RelevanceScore:
-        return relevance(outputs[0]["logits"])
+        return max((relevance(output["logits"]) for output in outputs), key=lambda found: found.raw_score)
 
 
 QUERY = "What is the capital of France?"
 DOCUMENTS: list[Any] = ["Paris is the capital and largest city of France.", "Berlin is the capital of Germany."]
+
+
+class RerankDocument(BaseModel):
+    """Cohere's document object: its ``text`` is ranked (other fields are left as they are)."""
+
+    text: str
 
 
 class RerankRequest(TaskRequest):
@@ -114,21 +130,33 @@ class RerankRequest(TaskRequest):
     task: ClassVar[str] = "rerank"
 
     query: str = Field(description="What the documents are ranked against; never truncated.")
-    documents: Annotated[list[str], Field(min_length=1)] = Field(
-        description="Texts to rank; each is truncated (at its end) to fit the model with the query."
+    documents: Annotated[list[str | RerankDocument], Field(min_length=1)] = Field(
+        description='Texts to rank, or Cohere\'s document objects ({"text": ...}); each is truncated (at its end) to '
+        "fit the model with the query, or windowed with max_chunks_per_doc."
     )
     top_n: int | None = Field(None, ge=1, le=MAX_TOP_K, description="Return only the best n; default all.")
     return_documents: bool = Field(False, description="Echo each document's text in its result.")
+    rank_fields: list[str] | None = Field(None, description='Cohere v1: the fields ranked on; only ["text"] is taken.')
+    max_chunks_per_doc: int | None = Field(
+        None, ge=1, description="Cohere v1: a long document is scored as the best of up to N windows of it, each "
+        "beside the query, instead of being truncated.",
+    )  # fmt: skip
+
+    @field_validator("rank_fields")
+    @classmethod
+    def _text_only(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and value != ["text"]:
+            raise ValueError('only ["text"] is ranked on: put what should count in each document\'s text')
+        return value
+
+    def texts(self) -> list[str]:
+        return [item if isinstance(item, str) else item.text for item in self.documents]
 
     def input_list(self) -> list[str]:
-        return self.documents
+        return self.texts()
 
     def to_task(self) -> tuple[list[Any], RerankParams]:
-        return list(self.documents), RerankParams(query=self.query)
-
-
-class RerankDocument(BaseModel):
-    text: str
+        return self.texts(), RerankParams(query=self.query, max_chunks=self.max_chunks_per_doc)
 
 
 class RerankResult(BaseModel):

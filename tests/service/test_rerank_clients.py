@@ -104,3 +104,38 @@ def test_cohere_v2_cuts_each_document_at_max_tokens_per_doc(server_url: str) -> 
     capped = scores([document, "paris"], max_tokens_per_doc=words)
     assert capped == scores([document[:cut], "paris"])
     assert capped[0] != scores([document])[0] and capped[1] == scores(["paris"])[0]
+
+
+def test_cohere_v1_document_objects_and_rank_fields(server_url: str) -> None:
+    client = cohere.Client(base_url=server_url, api_key="unused")
+    objects = [{"text": text, "title": f"doc {index}"} for index, text in enumerate(DOCUMENTS)]
+    answer = client.rerank(model="rerank", query=QUERY, documents=objects, rank_fields=["text"], return_documents=True)
+    assert [(item.index, item.relevance_score) for item in answer.results] == tei_ranking(server_url)
+    assert [item.document.text for item in answer.results] == [DOCUMENTS[item.index] for item in answer.results]
+    with pytest.raises(cohere.errors.UnprocessableEntityError) as other_fields:
+        client.rerank(model="rerank", query=QUERY, documents=objects, rank_fields=["title", "text"])
+    assert 'only ["text"] is ranked on' in str(other_fields.value.body)
+
+
+def test_cohere_v1_max_chunks_per_doc_scores_a_long_document_by_its_best_window(server_url: str) -> None:
+    """Windows of what fits beside the query, each scored as a document of its own text; the best one counts."""
+    client = cohere.Client(base_url=server_url, api_key="unused")
+    query = "where does john smith live?"
+    tokens = httpx.post(f"{server_url}/tokenize", json={"inputs": query, "add_special_tokens": False}).json()[0]
+    longest = httpx.get(f"{server_url}/info", params={"model": "rerank"}).json()["max_input_length"]
+    room = longest - len(tokens) - 3  # the model's length less the query and [CLS] q [SEP] d [SEP]
+    filler = " ".join(["the team won the game in time"] * 40)  # words of one token each: windows cut between words
+    document = f"{filler} john smith lives in paris and works for the united nations."
+    spans = httpx.post(f"{server_url}/tokenize", json={"inputs": document, "add_special_tokens": False}).json()[0]
+    windows = [document[spans[start]["start"] : spans[min(start + room, len(spans)) - 1]["stop"]]
+               for start in range(0, len(spans), room)]  # fmt: skip
+    assert len(windows) >= 3
+    assert all(document[span["stop"] : span["stop"] + 1] in (" ", "") for span in spans[: len(spans) - 20])
+
+    def score(documents: list[str], **options: int) -> float:
+        return client.rerank(model="rerank", query=query, documents=documents, **options).results[0].relevance_score
+
+    separately = [score([window]) for window in windows]
+    assert score([document], max_chunks_per_doc=10) == pytest.approx(max(separately), abs=1e-6)
+    assert score([document], max_chunks_per_doc=1) == pytest.approx(separately[0], abs=1e-6) == score([document])
+    assert score([document], max_chunks_per_doc=2) == pytest.approx(max(separately[:2]), abs=1e-6)
