@@ -11,6 +11,7 @@ from fastapi.routing import APIRoute
 
 OPERATION_IDS: dict[str, str] = {  # the route's name (its function's, or InferenceRoute.operation) -> operationId
     "list_models": "listModels",
+    "retrieve_model": "retrieveModel",
     "repository_index": "repositoryIndex",
     "load_model": "loadModel",
     "unload_model": "unloadModel",

@@ -126,11 +126,24 @@ class ModelCard(SentInFull):
     quantization_eval: QuantizationEval | None = Field(
         None, description="What int8 cost on the export's eval data (null: not measured)."
     )
+    endpoints: list[str] = Field(
+        default_factory=list, description="Cohere's endpoints this model answers (embed, classify or rerank)."
+    )
     ready: bool
 
 
 class OpenAIModel(SentInFull):
     """A model as OpenAI's ``GET /v1/models`` lists it (what OpenAI clients' ``models.list()`` reads)."""
+
+    id: str = Field(description="The model's name, as requests name it.")
+    object: Literal["model"] = "model"
+    created: int = Field(0, description="Unix time the model's bundle was written.")
+    owned_by: str = "bertserve"
+
+
+class ModelDetail(ModelCard):
+    """One model: its card, with OpenAI's model fields (what ``openai`` clients' ``models.retrieve`` and Cohere's
+    ``models.get`` read)."""
 
     id: str = Field(description="The model's name, as requests name it.")
     object: Literal["model"] = "model"
