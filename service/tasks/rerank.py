@@ -32,9 +32,7 @@ class RerankParams:
     truncate: bool = True  # False: a (query, document) pair longer than the model's max length is a client error
     truncation_direction: str = "right"  # which end of a long document is cut
     max_document_tokens: int | None = None  # cut each document to this many tokens (Cohere's max_tokens_per_doc)
-    max_chunks: int | None = (
-        None  # score a long document as its best of this many windows (Cohere's max_chunks_per_doc)
-    )
+    max_chunks: int | None = None  # score a long document as its best of N windows (Cohere's max_chunks_per_doc)
 
 
 @dataclass(frozen=True, slots=True)
