@@ -92,20 +92,17 @@ def quantized(vectors: np.ndarray, ranges: np.ndarray, signed: bool) -> np.ndarr
 def embeddings_by_type(vectors: list[np.ndarray], types: Sequence[str], ranges: np.ndarray | None) -> dict[str, Any]:
     """Each type asked for, one entry per vector."""
     answer: dict[str, Any] = {}
-    stacked = np.stack(vectors)
-    signs = np.packbits(stacked > 0, axis=-1)  # (texts, ceil(dimensions / 8)) uint8, for binary / ubinary
     for kind in types:
         if kind == "float":
             answer[kind] = vectors
         elif kind == "base64":
             answer[kind] = [encode_vector(vector, "base64") for vector in vectors]
-        elif kind == "ubinary":
-            answer[kind] = list(signs)
-        elif kind == "binary":
-            answer[kind] = list(signs.astype(np.int16) - 128)
+        elif kind in ("binary", "ubinary"):
+            signs = np.packbits(np.stack(vectors) > 0, axis=-1)  # (texts, ceil(dimensions / 8)) uint8
+            answer[kind] = list(signs) if kind == "ubinary" else list(signs.astype(np.int16) - 128)
         else:  # int8, uint8: the decoder found the model's ranges
             assert ranges is not None
-            answer[kind] = list(quantized(stacked, ranges, signed=kind == "int8"))
+            answer[kind] = list(quantized(np.stack(vectors), ranges, signed=kind == "int8"))
     return answer
 
 
