@@ -22,11 +22,12 @@ def rerank_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     request = decoded.request
     assert isinstance(request, RerankRequest)
     scores: list[RelevanceScore] = result.results
+    documents = request.document_fields() if request.return_documents else []
     ranked = []
     for index in rank([item.score for item in scores], request.top_n):
         entry: dict[str, object] = {"index": index, "relevance_score": scores[index].score}
         if request.return_documents:
-            entry["document"] = {"text": request.texts()[index]}
+            entry["document"] = documents[index]
         ranked.append(entry)
     return json_reply({"model": result.model, "results": ranked})
 

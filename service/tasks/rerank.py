@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, RootModel, field_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
 from service.errors import BadRequest
 from service.oip import layouts as oip
@@ -115,8 +116,9 @@ DOCUMENTS: list[Any] = ["Paris is the capital and largest city of France.", "Ber
 
 
 class RerankDocument(BaseModel):
-    """Cohere's document object: its ``text`` is ranked (other fields are left as they are)."""
+    """Cohere's document object: ``text`` and any other fields, all echoed with ``return_documents``."""
 
+    model_config = ConfigDict(extra="allow")
     text: str
 
 
@@ -129,12 +131,15 @@ class RerankRequest(TaskRequest):
 
     query: str = Field(description="What the documents are ranked against; never truncated.")
     documents: Annotated[list[str | RerankDocument], Field(min_length=1)] = Field(
-        description='Texts to rank, or Cohere\'s document objects ({"text": ...}); each is truncated (at its end) to '
-        "fit the model with the query, or windowed with max_chunks_per_doc."
+        description='Texts to rank, or Cohere\'s document objects ({"text": ..., other fields}); each is truncated (at '
+        "its end) to fit the model with the query, or windowed with max_chunks_per_doc."
     )
     top_n: int | None = Field(None, ge=1, le=MAX_TOP_K, description="Return only the best n; default all.")
-    return_documents: bool = Field(False, description="Echo each document's text in its result.")
-    rank_fields: list[str] | None = Field(None, description='Cohere v1: the fields ranked on; only ["text"] is taken.')
+    return_documents: bool = Field(False, description="Echo each document (every field of an object) in its result.")
+    rank_fields: Annotated[list[str], Field(min_length=1)] | None = Field(
+        None, description="Cohere v1: the document objects' fields ranked on, in this order (default: text); more "
+        "than text is scored as the YAML of those fields (Cohere's format for structured documents).",
+    )  # fmt: skip
     max_chunks_per_doc: int | None = Field(
         None, ge=1, description="Cohere v1: a long document is scored as the best of up to N windows of it, each "
         "beside the query, instead of being truncated.",
@@ -142,13 +147,33 @@ class RerankRequest(TaskRequest):
 
     @field_validator("rank_fields")
     @classmethod
-    def _text_only(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and value != ["text"]:
-            raise ValueError('only ["text"] is ranked on: put what should count in each document\'s text')
+    def _distinct(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("each field may be named once")
         return value
 
+    @model_validator(mode="after")
+    def _fields_present(self) -> RerankRequest:
+        if self.rank_fields is not None:
+            for index, fields in enumerate(self.document_fields()):
+                missing = [name for name in self.rank_fields if name not in fields]
+                if missing:
+                    raise ValueError(f"documents[{index}] has no field {missing[0]!r} named in rank_fields")
+        return self
+
+    def document_fields(self) -> list[dict[str, Any]]:
+        """Each document as an object: a text is ``{"text": ...}``."""
+        return [{"text": item} if isinstance(item, str) else item.model_dump() for item in self.documents]
+
     def texts(self) -> list[str]:
-        return [item if isinstance(item, str) else item.text for item in self.documents]
+        """What each document is scored as: its text, or for other ``rank_fields`` those fields in their order as the
+        YAML Cohere asks structured documents to be sent as (``yaml.dump(doc, sort_keys=False)``, unicode kept)."""
+        if self.rank_fields is None or self.rank_fields == ["text"]:
+            return [item if isinstance(item, str) else item.text for item in self.documents]
+        return [
+            yaml.dump({name: fields[name] for name in self.rank_fields}, sort_keys=False, allow_unicode=True)
+            for fields in self.document_fields()
+        ]
 
     def input_list(self) -> list[str]:
         return self.texts()

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+import yaml
 
 from service.settings import Settings
 from tests.service.apptools import ready_app_client, real_server_for
@@ -112,9 +113,33 @@ def test_cohere_v1_document_objects_and_rank_fields(server_url: str) -> None:
     answer = client.rerank(model="rerank", query=QUERY, documents=objects, rank_fields=["text"], return_documents=True)
     assert [(item.index, item.relevance_score) for item in answer.results] == tei_ranking(server_url)
     assert [item.document.text for item in answer.results] == [DOCUMENTS[item.index] for item in answer.results]
-    with pytest.raises(cohere.errors.UnprocessableEntityError) as other_fields:
-        client.rerank(model="rerank", query=QUERY, documents=objects, rank_fields=["title", "text"])
-    assert 'only ["text"] is ranked on' in str(other_fields.value.body)
+    echoed = httpx.post(
+        f"{server_url}/v1/rerank", json={"query": QUERY, "documents": objects, "return_documents": True}
+    )
+    assert [item["document"] for item in echoed.json()["results"]] == [
+        objects[item["index"]] for item in echoed.json()["results"]
+    ]
+
+
+def test_cohere_v1_rank_fields_score_the_fields_as_cohere_structured_yaml(server_url: str) -> None:
+    """More fields than text: each document scores as Cohere's recommended YAML string of those fields, in order."""
+    client = cohere.Client(base_url=server_url, api_key="unused")
+    objects = [{"text": text, "title": f"paris {index}", "author": "smith"} for index, text in enumerate(DOCUMENTS)]
+
+    def scores(documents: list, **options: object) -> list[float]:
+        answer = client.rerank(model="rerank", query=QUERY, documents=documents, **options)
+        return [item.relevance_score for item in sorted(answer.results, key=lambda item: item.index)]
+
+    for fields in (["title", "text"], ["text", "title"], ["author"]):
+        as_yaml = [yaml.dump({name: item[name] for name in fields}, sort_keys=False) for item in objects]
+        assert scores(objects, rank_fields=fields) == scores(as_yaml), fields
+    assert scores(objects, rank_fields=["title", "text"]) != scores(objects)
+    with pytest.raises(cohere.errors.UnprocessableEntityError) as missing:
+        client.rerank(model="rerank", query=QUERY, documents=[*objects, "plain text"], rank_fields=["title"])
+    assert "documents[4] has no field 'title' named in rank_fields" in str(missing.value.body)
+    with pytest.raises(cohere.errors.UnprocessableEntityError) as twice:
+        client.rerank(model="rerank", query=QUERY, documents=objects, rank_fields=["text", "text"])
+    assert "each field may be named once" in str(twice.value.body)
 
 
 def test_cohere_v1_max_chunks_per_doc_scores_a_long_document_by_its_best_window(server_url: str) -> None:
