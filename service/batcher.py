@@ -39,6 +39,7 @@ from service.batch_rows import (
 )
 from service.errors import NotReady, Overloaded, PayloadTooLarge, ServiceError
 from service.model_rate import ModelRate
+from service.statistics import ModelStatistics
 from service.tasks.base import ModelRow
 from service.tracing import RequestRecord, queue_spans
 
@@ -91,6 +92,7 @@ class Batcher:
         self.dropped_rows = 0
         self.shed = dict.fromkeys(SHED_REASONS, 0)  # requests refused or dropped unanswered, by reason
         self.wasted_seconds = 0.0  # model time spent on rows nobody was waiting for any more
+        self.statistics: ModelStatistics | None = None  # the engine's, once it is warm (service.statistics)
 
     @property
     def queue_depth(self) -> int:
@@ -222,6 +224,8 @@ class Batcher:
         request = self.submit(sequences, timeout_s, traced=spans is not None, spare=spare, reserve_s=reserve_s)
         try:
             outputs = await request.future
+            if self.statistics is not None:
+                self.statistics.waited(request.queued_s, request.model_s)
             if record is not None:
                 record.rows, record.tokens = len(sequences), request.tokens
                 record.queue_ms, record.model_ms = 1000 * request.queued_s, 1000 * request.model_s
@@ -312,6 +316,8 @@ class Batcher:
         if unwanted:
             self.wasted_seconds += elapsed_s * unwanted / len(batch.items)
         self.rate.record(batch.real_tokens, elapsed_s)
+        if self.statistics is not None:
+            self.statistics.executed(len(batch.items), elapsed_s)
 
     def fail(self, batch: WorkBatch, error: ServiceError) -> None:
         """Fail every live request with a row in ``batch``; their other queued rows get dropped."""

@@ -45,6 +45,7 @@ from service.runtime import BatchObserver, Lane, Worker
 from service.sessions import ModelRunner, token_output_width
 from service.settings import Settings
 from service.shape_buckets import ShapeBuckets
+from service.statistics import ModelStatistics
 from service.supervision import WorkerPool
 from service.tasks import BY_TASK
 from service.tasks.base import InputError, ModelContext, ModelRow, Prepared, TaskHandler, TaskUnit
@@ -130,6 +131,7 @@ class Engine:
         self._started = False
         self._warmed_up = False
         self._stopping = False
+        self.statistics = ModelStatistics()  # the batcher counts into it once the model is warm
         self.rate_of: Engine | None = None  # the engine whose measured time per token this one shares (an adapter's)
 
     @property
@@ -204,6 +206,7 @@ class Engine:
             finally:
                 self.lane.observer = observer
             self._warmed_up = True
+            self.batcher.statistics = self.statistics
             logger.info("model %s (%s) warmed up in %.3f s", self.name, self.task, time.perf_counter() - started)
 
     async def _warm_up(self) -> None:
@@ -257,7 +260,21 @@ class Engine:
         ``timeout_s`` when None or longer: a gRPC client's deadline may be shorter). A short request is prepared and
         post-processed on the event loop (a thread hop costs more); a long one on the prepare threads, once their
         ledger admits it (service/prepare_stage.py), so neither its tokenizing nor its decoding holds the loop.
-        ``background``: a batch job's request, whose rows wait for the online queue to empty (no deadline there)."""
+        ``background``: a batch job's request, whose rows wait for the online queue to empty (no deadline there).
+        Counted in the model's statistics once it is warm (``service.statistics``)."""
+        statistics = self.batcher.statistics
+        if statistics is None:
+            return await self._admit(inputs, params, timeout_s, background)
+        started = time.perf_counter()
+        try:
+            results = await self._admit(inputs, params, timeout_s, background)
+        except Exception:
+            statistics.failed(time.perf_counter() - started)
+            raise
+        statistics.succeeded(len(inputs), time.perf_counter() - started)
+        return results
+
+    async def _admit(self, inputs: list[Any], params: Any, timeout_s: float | None, background: bool) -> list[Any]:
         if self._stopping or not self._started:
             raise NotReady(f"model {self.name} is not accepting requests")
         budget = self.settings.timeout_s if timeout_s is None else min(timeout_s, self.settings.timeout_s)

@@ -34,6 +34,7 @@ from service.oip.models import (
     find_engine,
     is_ready,
     metadata_of,
+    statistics_of,
     task_request,
 )
 from service.schemas.v2 import (
@@ -43,6 +44,7 @@ from service.schemas.v2 import (
     V2Live,
     V2ModelMetadata,
     V2ModelReady,
+    V2ModelStatisticsResponse,
     V2Ready,
     V2RequestOutput,
     V2ServerMetadata,
@@ -100,6 +102,31 @@ async def server_ready(registry: RegistryDep) -> V2Ready:
 async def server_metadata() -> V2ServerMetadata:
     """The server's name, version and protocol extensions (``get_server_metadata``)."""
     return V2ServerMetadata(name=SERVER_NAME, version=SERVER_VERSION, extensions=list(EXTENSIONS))
+
+
+@router.get("/models/stats", response_model=V2ModelStatisticsResponse)
+async def every_model_statistics(registry: RegistryDep) -> dict[str, Any]:
+    """Every served model's inference statistics since it was warmed up (Triton's statistics extension:
+    ``get_inference_statistics()``)."""
+    return {"model_stats": statistics_of(registry)}
+
+
+@router.get(
+    "/models/{name}/stats", response_model=V2ModelStatisticsResponse, responses=v2_error_responses(ModelNotFound)
+)
+async def model_statistics(name: str, registry: RegistryDep) -> dict[str, Any]:
+    """The model's requests, queue and model time, batches by size (``get_inference_statistics(name)``)."""
+    return {"model_stats": statistics_of(registry, name)}
+
+
+@router.get(
+    "/models/{name}/versions/{version}/stats",
+    response_model=V2ModelStatisticsResponse,
+    responses=v2_error_responses(ModelNotFound),
+)
+async def model_version_statistics(name: str, version: str, registry: RegistryDep) -> dict[str, Any]:
+    """The model's statistics; its only version is 1."""
+    return {"model_stats": statistics_of(registry, name, version)}
 
 
 def model_metadata_of(engine: Engine) -> V2ModelMetadata:

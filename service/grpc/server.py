@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 
 from service.core import InferenceRequest, ServiceCore, key_authorised, run_inference
 from service.errors import BadRequest, ModelNotFound, Overloaded, RequestTimeout, ServiceError, Unauthorized
@@ -37,6 +38,7 @@ from service.oip.models import (
     find_engine,
     is_ready,
     metadata_of,
+    statistics_of,
     task_request,
 )
 from service.repository import READY
@@ -159,6 +161,10 @@ class InferenceServicer:
             reply.outputs.add(name=output.name, datatype=output.datatype, shape=list(output.shape))
             reply.raw_output_contents.append(output.binary_data())
         return reply
+
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        found = statistics_of(self.core.registry, request.name, request.version or None)
+        return json_format.ParseDict({"model_stats": found}, MESSAGES["ModelStatisticsResponse"]())
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         reply = MESSAGES["RepositoryIndexResponse"]()

@@ -36,6 +36,15 @@ def find_engine(registry: ModelRegistry, name: str, version: str | None = None) 
     return engine
 
 
+def statistics_of(registry: ModelRegistry, name: str = "", version: str | None = None) -> list[dict[str, Any]]:
+    """Triton's statistics extension: the named model's ``model_stat`` (``service.statistics``), or every served
+    model's, by name, when ``name`` is empty."""
+    engines = (
+        [find_engine(registry, name, version)] if name else [registry.engines[key] for key in sorted(registry.engines)]
+    )
+    return [engine.statistics.to_json(engine.name, VERSION) for engine in engines]
+
+
 def is_ready(registry: ModelRegistry, engine: Engine) -> bool:
     return not registry.shutting_down and engine.ready
 

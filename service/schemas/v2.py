@@ -41,7 +41,9 @@ class V2ModelReady(BaseModel):
 class V2ServerMetadata(BaseModel):
     name: str
     version: str
-    extensions: list[str] = Field(description="Protocol extensions served: binary_tensor_data.")
+    extensions: list[str] = Field(
+        description="Protocol extensions served: binary_tensor_data, model_repository, statistics."
+    )
 
 
 class V2TensorMetadata(BaseModel):
@@ -178,3 +180,44 @@ class V2RepositoryModelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     parameters: dict[str, Any] | None = Field(None, description="unload_dependents, a boolean (unload only).")
+
+
+class V2Duration(BaseModel):
+    count: int = Field(description="How many.")
+    ns: int = Field(description="Their total time, in nanoseconds.")
+
+
+class V2InferStatistics(BaseModel):
+    success: V2Duration = Field(description="Requests answered, and their time in the model's engine.")
+    fail: V2Duration = Field(
+        description="Requests that failed once the model had them (4xx of their inputs, 429, 504)."
+    )
+    queue: V2Duration = Field(description="Per request: the longest wait of its rows for their batch.")
+    compute_input: V2Duration = Field(description="Zero: padding a batch is inside compute_infer.")
+    compute_infer: V2Duration = Field(description="Per request: the time of the batches that ran its rows.")
+    compute_output: V2Duration = Field(description="Zero: splitting a batch's outputs is inside compute_infer.")
+    cache_hit: V2Duration = Field(description="Zero: no response cache.")
+    cache_miss: V2Duration = Field(description="Zero: no response cache.")
+
+
+class V2BatchStatistics(BaseModel):
+    batch_size: int = Field(description="Rows in the batch.")
+    compute_input: V2Duration
+    compute_infer: V2Duration = Field(description="Batches of this size run, and their time.")
+    compute_output: V2Duration
+
+
+class V2ModelStatistics(BaseModel):
+    name: str
+    version: str
+    last_inference: int = Field(description="When the last request ended, in milliseconds since the epoch (0: none).")
+    inference_count: int = Field(description="Inputs of the requests answered.")
+    execution_count: int = Field(description="Batches run.")
+    inference_stats: V2InferStatistics
+    batch_stats: list[V2BatchStatistics] = Field(description="Per batch size, by size.")
+
+
+class V2ModelStatisticsResponse(BaseModel):
+    """Triton's statistics extension (``get_inference_statistics``): each model's counts since it was warmed up."""
+
+    model_stats: list[V2ModelStatistics]

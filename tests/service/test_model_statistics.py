@@ -1,0 +1,104 @@
+"""Triton's statistics extension through Triton's own clients (``tritonclient.http`` and ``.grpc``'s
+``get_inference_statistics``) against one real server with both protocols on: the counts follow the requests sent,
+the batches' sizes add up to the rows run, a failed request counts as a failure only, the warm-up counts for nothing,
+and both protocols report the same figures."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from google.protobuf import json_format
+
+from tests.service.apptools import free_port, real_server_for
+from tests.service.tiny_models import TinyModel
+
+grpcclient = pytest.importorskip("tritonclient.grpc")
+import tritonclient.http as httpclient  # noqa: E402
+from tritonclient.grpc import service_pb2  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+TEXTS = ["the movie was wonderful.", "john smith lives in paris.", "the team won the game in extra time", "paris"]
+
+
+@pytest.fixture(scope="module")
+def served(tiny_models: dict[str, TinyModel]) -> Iterator[tuple[str, Any, Any]]:
+    """(URL, tritonclient.http client, tritonclient.grpc client) of one server of two models."""
+    grpc_port = free_port()
+    bundles = {"sst": tiny_models["text-classification"].bundle, "rank": tiny_models["rerank"].bundle}
+    with real_server_for(bundles, grpc_port=grpc_port, tune=False) as url:
+        yield (
+            url,
+            httpclient.InferenceServerClient(url.removeprefix("http://")),
+            grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}"),
+        )
+
+
+def same_over_grpc(client: Any, stat: dict[str, Any]) -> bool:
+    """Whether the gRPC answer for ``stat``'s model is ``stat`` (the REST answer), as Triton's own message."""
+    over_grpc = client.get_inference_statistics(stat["name"]).model_stats
+    return len(over_grpc) == 1 and over_grpc[0] == json_format.ParseDict(stat, service_pb2.ModelStatistics())
+
+
+def test_counts_follow_the_requests_and_both_protocols_agree(served: tuple[str, Any, Any]) -> None:
+    url, http, grpc = served
+    start = http.get_inference_statistics("sst")["model_stats"][0]
+    assert (start["name"], start["version"], start["last_inference"]) == ("sst", "1", 0)  # the warm-up is no traffic
+    assert (start["inference_count"], start["execution_count"], start["batch_stats"]) == (0, 0, [])
+    assert start["inference_stats"]["success"] == {"count": 0, "ns": 0}
+
+    sizes = [1, 2, 3, 1, 4]  # one request at a time: each batch runs one request's rows
+    before_ms = int(time.time() * 1000)
+    for size in sizes:
+        answer = httpx.post(f"{url}/v1/text-classification", json={"model": "sst", "inputs": TEXTS[:size]})
+        assert answer.status_code == 200, answer.text
+    after_ms = int(time.time() * 1000)
+
+    stat = http.get_inference_statistics("sst")["model_stats"][0]
+    inference = stat["inference_stats"]
+    assert stat["inference_count"] == sum(sizes)
+    assert before_ms <= stat["last_inference"] <= after_ms
+    for stage in ("success", "queue", "compute_infer"):
+        assert inference[stage]["count"] == len(sizes), stage
+    assert inference["fail"] == {"count": 0, "ns": 0}
+    assert inference["success"]["ns"] > inference["compute_infer"]["ns"] > 0
+    batches = stat["batch_stats"]
+    assert stat["execution_count"] == sum(batch["compute_infer"]["count"] for batch in batches) >= len(sizes)
+    assert sum(batch["batch_size"] * batch["compute_infer"]["count"] for batch in batches) == sum(sizes)
+    assert [batch["batch_size"] for batch in batches] == sorted({batch["batch_size"] for batch in batches})
+    batch_ns = sum(batch["compute_infer"]["ns"] for batch in batches)
+    assert abs(inference["compute_infer"]["ns"] - batch_ns) <= 2 * stat["execution_count"]  # int rounding only
+    assert same_over_grpc(grpc, stat)
+    assert http.get_inference_statistics("rank")["model_stats"][0]["inference_count"] == 0
+
+
+def test_a_failed_request_counts_as_a_failure_only(served: tuple[str, Any, Any]) -> None:
+    url, http, grpc = served
+    before = http.get_inference_statistics("sst")["model_stats"][0]
+    too_long = " ".join(["paris"] * 2000)
+    answer = httpx.post(f"{url}/v1/text-classification", json={"model": "sst", "inputs": too_long})
+    assert answer.status_code == 400, answer.text
+    after = http.get_inference_statistics("sst")["model_stats"][0]
+    assert after["inference_stats"]["fail"]["count"] == before["inference_stats"]["fail"]["count"] + 1
+    assert after["inference_stats"]["fail"]["ns"] > before["inference_stats"]["fail"]["ns"]
+    unchanged = ("inference_count", "execution_count", "batch_stats")
+    assert {key: after[key] for key in unchanged} == {key: before[key] for key in unchanged}
+    assert after["inference_stats"]["success"] == before["inference_stats"]["success"]
+    assert same_over_grpc(grpc, after)
+
+
+def test_every_model_and_unknown_names(served: tuple[str, Any, Any]) -> None:
+    _, http, grpc = served
+    assert [stat["name"] for stat in http.get_inference_statistics()["model_stats"]] == ["rank", "sst"]
+    assert [stat["name"] for stat in grpc.get_inference_statistics(as_json=True)["model_stats"]] == ["rank", "sst"]
+    assert http.get_inference_statistics("sst", model_version="1")["model_stats"][0]["name"] == "sst"
+    for client in (http, grpc):
+        with pytest.raises(InferenceServerException, match="nope"):
+            client.get_inference_statistics("nope")
+        with pytest.raises(InferenceServerException, match="version"):
+            client.get_inference_statistics("sst", model_version="2")
+    assert "statistics" in http.get_server_metadata()["extensions"]
+    assert "statistics" in grpc.get_server_metadata(as_json=True)["extensions"]
