@@ -8,7 +8,8 @@ gRPC ``ModelStatistics``; ``tritonclient``'s ``get_inference_statistics``): cumu
   a failure is any error once the model has the request (a 4xx of its inputs, a 429 of admission, a timeout).
 - ``queue``: per request, the longest wait of its rows between being queued and their batch being cut;
   ``compute_infer``: per request, the time of the batches that ran its rows. Padding and splitting a batch are
-  inside that time, so ``compute_input`` and ``compute_output`` stay zero, as do the cache's counts (no cache).
+  inside that time, so ``compute_input`` and ``compute_output`` have its counts and 0 ns (perf_analyzer wants the
+  three counts equal); the cache's stay zero (no cache).
 - ``batch_stats``: per batch size (rows), the batches of that size and their time.
 """
 
@@ -36,6 +37,11 @@ class Duration:
 
 
 ZERO = Duration().to_json()
+
+
+def counted_only(duration: Duration) -> dict[str, int]:
+    """A stage timed inside another: the other's count, no time of its own."""
+    return {"count": duration.count, "ns": 0}
 
 
 class ModelStatistics:
@@ -88,18 +94,18 @@ class ModelStatistics:
                     "success": self.success.to_json(),
                     "fail": self.fail.to_json(),
                     "queue": self.queue.to_json(),
-                    "compute_input": ZERO,
+                    "compute_input": counted_only(self.compute_infer),
                     "compute_infer": self.compute_infer.to_json(),
-                    "compute_output": ZERO,
+                    "compute_output": counted_only(self.compute_infer),
                     "cache_hit": ZERO,
                     "cache_miss": ZERO,
                 },
                 "batch_stats": [
                     {
                         "batch_size": rows,
-                        "compute_input": ZERO,
+                        "compute_input": counted_only(self.batches[rows]),
                         "compute_infer": self.batches[rows].to_json(),
-                        "compute_output": ZERO,
+                        "compute_output": counted_only(self.batches[rows]),
                     }
                     for rows in sorted(self.batches)
                 ],

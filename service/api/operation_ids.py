@@ -57,6 +57,8 @@ OPERATION_IDS: dict[str, str] = {  # the route's name (its function's, or Infere
     "every_model_statistics": "modelStatisticsAll",
     "model_statistics": "modelStatistics",
     "model_version_statistics": "modelVersionStatistics",
+    "model_config": "modelConfig",
+    "model_version_config": "modelVersionConfig",
     "infer": "modelInfer",
     "infer_version": "modelVersionInfer",
     "hf_inference": "hfInference",

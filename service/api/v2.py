@@ -31,6 +31,7 @@ from service.oip.models import (
     SERVER_VERSION,
     VERSION,
     chosen_outputs,
+    config_of,
     find_engine,
     is_ready,
     metadata_of,
@@ -42,6 +43,7 @@ from service.schemas.v2 import (
     V2InferRequest,
     V2InferResponse,
     V2Live,
+    V2ModelConfig,
     V2ModelMetadata,
     V2ModelReady,
     V2ModelStatisticsResponse,
@@ -127,6 +129,22 @@ async def model_statistics(name: str, registry: RegistryDep) -> dict[str, Any]:
 async def model_version_statistics(name: str, version: str, registry: RegistryDep) -> dict[str, Any]:
     """The model's statistics; its only version is 1."""
     return {"model_stats": statistics_of(registry, name, version)}
+
+
+@router.get("/models/{name}/config", response_model=V2ModelConfig, responses=v2_error_responses(ModelNotFound))
+async def model_config(name: str, registry: RegistryDep) -> dict[str, Any]:
+    """The model's configuration as Triton's model configuration extension gives it (``get_model_config``)."""
+    return config_of(find_engine(registry, name))
+
+
+@router.get(
+    "/models/{name}/versions/{version}/config",
+    response_model=V2ModelConfig,
+    responses=v2_error_responses(ModelNotFound),
+)
+async def model_version_config(name: str, version: str, registry: RegistryDep) -> dict[str, Any]:
+    """The model's configuration; its only version is 1."""
+    return config_of(find_engine(registry, name, version))
 
 
 def model_metadata_of(engine: Engine) -> V2ModelMetadata:

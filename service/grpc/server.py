@@ -35,6 +35,7 @@ from service.oip.models import (
     check_load_parameters,
     check_unload_parameters,
     chosen_outputs,
+    config_of,
     find_engine,
     is_ready,
     metadata_of,
@@ -165,6 +166,10 @@ class InferenceServicer:
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
         found = statistics_of(self.core.registry, request.name, request.version or None)
         return json_format.ParseDict({"model_stats": found}, MESSAGES["ModelStatisticsResponse"]())
+
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        engine = find_engine(self.core.registry, request.name, request.version or None)
+        return json_format.ParseDict({"config": config_of(engine)}, MESSAGES["ModelConfigResponse"]())
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         reply = MESSAGES["RepositoryIndexResponse"]()

@@ -26,6 +26,7 @@ SERVER_VERSION = "0.1.0"
 VERSION = "1"  # every model's one version
 PLATFORM = "onnxruntime_onnx"
 UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
+RESERVED_PREFIX = "triton_"  # request parameters Triton keeps for itself
 
 
 def find_engine(registry: ModelRegistry, name: str, version: str | None = None) -> Engine:
@@ -45,6 +46,44 @@ def statistics_of(registry: ModelRegistry, name: str = "", version: str | None =
     return [engine.statistics.to_json(engine.name, VERSION) for engine in engines]
 
 
+def config_of(engine: Engine) -> dict[str, Any]:
+    """Triton's model configuration extension (``get_model_config``; what perf_analyzer reads before it sends): the
+    metadata's tensors as config inputs and outputs, ``max_batch_size`` 0 (a tensor's first dimension is the request's
+    items, batched by the service itself, not a batch dimension Triton would add), the workers as an instance group.
+    Protobuf's JSON names, as Triton answers over REST."""
+    layout = LAYOUTS[engine.task]
+    cuda = engine.device.is_cuda
+    group = {"name": engine.name, "kind": "KIND_GPU" if cuda else "KIND_CPU", "count": len(engine.workers),
+             "gpus": [engine.device.index] if cuda else []}  # fmt: skip
+    return {
+        "name": engine.name,
+        "platform": PLATFORM,
+        "backend": "onnxruntime",
+        "max_batch_size": 0,
+        "input": [
+            {
+                "name": spec.name,
+                "data_type": config_type(spec.datatype),
+                "dims": list(spec.shape),
+                "optional": not spec.required,
+            }
+            for spec in layout.inputs
+        ],
+        "output": [
+            {"name": spec.name, "data_type": config_type(spec.datatype), "dims": list(spec.shape)}
+            for spec in layout.outputs
+        ],
+        "instance_group": [group],
+        "default_model_filename": "model.onnx",
+        "parameters": {"task": {"string_value": engine.task}},
+    }
+
+
+def config_type(datatype: str) -> str:
+    """A protocol datatype (BYTES, FP32, INT64) as the model configuration names it."""
+    return "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
+
+
 def is_ready(registry: ModelRegistry, engine: Engine) -> bool:
     return not registry.shutting_down and engine.ready
 
@@ -62,9 +101,12 @@ def metadata_of(engine: Engine) -> dict[str, Any]:
 
 
 def task_request(engine: Engine, tensors: Tensors, parameters: Mapping[str, Any]) -> TaskRequest:
-    """The engine's task request from input tensors and parameters, validated as its v1 route validates it."""
+    """The engine's task request from input tensors and parameters, validated as its v1 route validates it. Triton's
+    reserved ``triton_*`` parameters (perf_analyzer sends ``triton_enable_empty_final_response``, a streaming
+    option) say nothing to a model that answers once, and are left out."""
+    options = {name: value for name, value in parameters.items() if not name.startswith(RESERVED_PREFIX)}
     try:
-        return LAYOUTS[engine.task].task_request(tensors, parameters, engine.name)
+        return LAYOUTS[engine.task].task_request(tensors, options, engine.name)
     except ValidationError as exc:
         raise invalid_value(exc, JSON_MEDIA_TYPE) from None
 

@@ -193,9 +193,9 @@ class V2InferStatistics(BaseModel):
         description="Requests that failed once the model had them (4xx of their inputs, 429, 504)."
     )
     queue: V2Duration = Field(description="Per request: the longest wait of its rows for their batch.")
-    compute_input: V2Duration = Field(description="Zero: padding a batch is inside compute_infer.")
+    compute_input: V2Duration = Field(description="compute_infer's count, 0 ns: padding a batch is inside it.")
     compute_infer: V2Duration = Field(description="Per request: the time of the batches that ran its rows.")
-    compute_output: V2Duration = Field(description="Zero: splitting a batch's outputs is inside compute_infer.")
+    compute_output: V2Duration = Field(description="compute_infer's count, 0 ns: splitting outputs is inside it.")
     cache_hit: V2Duration = Field(description="Zero: no response cache.")
     cache_miss: V2Duration = Field(description="Zero: no response cache.")
 
@@ -221,3 +221,38 @@ class V2ModelStatisticsResponse(BaseModel):
     """Triton's statistics extension (``get_inference_statistics``): each model's counts since it was warmed up."""
 
     model_stats: list[V2ModelStatistics]
+
+
+class V2ConfigInput(BaseModel):
+    name: str
+    data_type: str = Field(description="TYPE_STRING (the protocol's BYTES), TYPE_FP32 or TYPE_INT64.")
+    dims: list[int] = Field(description="The metadata's shape: -1 for a dimension that varies.")
+    optional: bool = False
+
+
+class V2ConfigOutput(BaseModel):
+    name: str
+    data_type: str
+    dims: list[int]
+
+
+class V2InstanceGroup(BaseModel):
+    name: str
+    kind: str = Field(description="KIND_CPU or KIND_GPU.")
+    count: int = Field(description="The model's workers.")
+    gpus: list[int] = Field(default_factory=list, description="The GPU (KIND_GPU); empty on the CPU.")
+
+
+class V2ModelConfig(BaseModel):
+    """Triton's model configuration extension (``get_model_config``): the fields this service fills. The items of a
+    request are the first dimension of its tensors and the service batches them itself, so ``max_batch_size`` is 0."""
+
+    name: str
+    platform: str
+    backend: str
+    max_batch_size: int
+    input: list[V2ConfigInput]
+    output: list[V2ConfigOutput]
+    instance_group: list[V2InstanceGroup]
+    default_model_filename: str
+    parameters: dict[str, dict[str, str]] = Field(description='{"task": {"string_value": TASK}}.')

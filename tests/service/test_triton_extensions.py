@@ -1,7 +1,10 @@
-"""Triton's statistics extension through Triton's own clients (``tritonclient.http`` and ``.grpc``'s
-``get_inference_statistics``) against one real server with both protocols on: the counts follow the requests sent,
-the batches' sizes add up to the rows run, a failed request counts as a failure only, the warm-up counts for nothing,
-and both protocols report the same figures."""
+"""Triton's statistics and model configuration extensions through Triton's own clients (``tritonclient.http`` and
+``.grpc``: ``get_inference_statistics``, ``get_model_config``) against one real server with both protocols on.
+
+Statistics: the counts follow the requests sent, the batches' sizes add up to the rows run, a failed request counts
+as a failure only, the warm-up counts for nothing, and both protocols report the same figures. Configuration: the
+model metadata's tensors in the configuration's terms, the workers as its instance group, the same over gRPC (decoded
+by tritonclient's own ``model_config.proto`` messages)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from google.protobuf import json_format
 
@@ -18,7 +22,7 @@ from tests.service.tiny_models import TinyModel
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 import tritonclient.http as httpclient  # noqa: E402
-from tritonclient.grpc import service_pb2  # noqa: E402
+from tritonclient.grpc import model_config_pb2, service_pb2  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 TEXTS = ["the movie was wonderful.", "john smith lives in paris.", "the team won the game in extra time", "paris"]
@@ -64,6 +68,7 @@ def test_counts_follow_the_requests_and_both_protocols_agree(served: tuple[str, 
     for stage in ("success", "queue", "compute_infer"):
         assert inference[stage]["count"] == len(sizes), stage
     assert inference["fail"] == {"count": 0, "ns": 0}
+    assert inference["compute_input"] == inference["compute_output"] == {"count": len(sizes), "ns": 0}  # inside infer
     assert inference["success"]["ns"] > inference["compute_infer"]["ns"] > 0
     batches = stat["batch_stats"]
     assert stat["execution_count"] == sum(batch["compute_infer"]["count"] for batch in batches) >= len(sizes)
@@ -102,3 +107,45 @@ def test_every_model_and_unknown_names(served: tuple[str, Any, Any]) -> None:
             client.get_inference_statistics("sst", model_version="2")
     assert "statistics" in http.get_server_metadata()["extensions"]
     assert "statistics" in grpc.get_server_metadata(as_json=True)["extensions"]
+
+
+def test_model_config_is_the_metadata_in_configuration_terms(served: tuple[str, Any, Any]) -> None:
+    url, http, grpc = served
+    for name, task in (("sst", "text-classification"), ("rank", "rerank")):
+        config, metadata = http.get_model_config(name), http.get_model_metadata(name)
+        assert (config["name"], config["platform"], config["backend"]) == (name, "onnxruntime_onnx", "onnxruntime")
+        assert config["max_batch_size"] == 0 and config["parameters"] == {"task": {"string_value": task}}
+
+        def typed(tensor: dict[str, Any]) -> tuple[str, str, list[int]]:
+            kind = "TYPE_STRING" if tensor["datatype"] == "BYTES" else f"TYPE_{tensor['datatype']}"
+            return tensor["name"], kind, tensor["shape"]
+
+        assert [(item["name"], item["data_type"], item["dims"]) for item in config["input"]] == [
+            typed(tensor) for tensor in metadata["inputs"]
+        ]
+        assert [(item["name"], item["data_type"], item["dims"]) for item in config["output"]] == [
+            typed(tensor) for tensor in metadata["outputs"]
+        ]
+        workers = httpx.get(f"{url}/v1/models/{name}").json()["batching"]["workers"]
+        assert config["instance_group"] == [{"name": name, "kind": "KIND_CPU", "count": workers, "gpus": []}]
+        assert grpc.get_model_config(name).config == json_format.ParseDict(config, model_config_pb2.ModelConfig())
+    optional = {item["name"]: item["optional"] for item in http.get_model_config("sst")["input"]}
+    assert optional == {"text": False, "text_pair": True}
+    assert http.get_model_config("sst", model_version="1")["name"] == "sst"
+    for client in (http, grpc):
+        with pytest.raises(InferenceServerException, match="nope"):
+            client.get_model_config("nope")
+
+
+def test_triton_reserved_parameters_are_left_out(served: tuple[str, Any, Any]) -> None:
+    """perf_analyzer sends ``triton_enable_empty_final_response``; Triton's ``triton_*`` names are no task option."""
+    _, http, grpc = served
+    for module, client in ((httpclient, http), (grpcclient, grpc)):
+        text = module.InferInput("text", [2], "BYTES")
+        text.set_data_from_numpy(np.array(TEXTS[:2], dtype=object))
+        plain = client.infer("sst", [text], parameters={"top_k": 2})
+        reserved = client.infer("sst", [text], parameters={"top_k": 2, "triton_enable_empty_final_response": True})
+        for output in ("label", "score"):
+            assert np.array_equal(reserved.as_numpy(output), plain.as_numpy(output))
+        with pytest.raises(InferenceServerException, match="unknown parameter 'enable_empty_final_response'"):
+            client.infer("sst", [text], parameters={"enable_empty_final_response": True})
