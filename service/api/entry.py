@@ -132,6 +132,7 @@ class Decoded:
     request: TaskRequest
     engine: Engine | None = None
     context: Any = None
+    timeout_s: float | None = None  # the request's own deadline (OIP's timeout parameter), None: the server's
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +235,9 @@ class InferenceEntry:
             decoded = decode(route, scope, body, path_params, state.registry)
             inputs, params = decoded.request.to_task()  # here, not in the core: one hand-off fewer per request
             request = decoded.request
-            inference = InferenceRequest(request.task, inputs, params, request.model, request.given_fields)
+            inference = InferenceRequest(
+                request.task, inputs, params, request.model, request.given_fields, decoded.timeout_s
+            )
             result = await run_inference(inference, state.registry, state.settings, client_gone, decoded.engine)
             reply = route.answer(decoded, result)
             if not isinstance(reply, Reply):

@@ -35,6 +35,7 @@ from service.oip.models import (
     find_engine,
     is_ready,
     metadata_of,
+    request_parameters,
     statistics_of,
     task_request,
 )
@@ -229,9 +230,9 @@ def decode_infer(incoming: Incoming, registry: ModelRegistry) -> Decoded:
     binary_default = parameters.pop("binary_data_output", False)
     if not isinstance(binary_default, bool):
         raise BadRequest("parameters.binary_data_output must be true or false")
-    return Decoded(
-        task_request(engine, tensors, parameters), engine, InferCall(layout, infer.outputs, binary_default, infer.id)
-    )
+    given = request_parameters(parameters)
+    call = InferCall(layout, infer.outputs, binary_default, infer.id)
+    return Decoded(task_request(engine, tensors, given.options), engine, call, given.timeout_s)
 
 
 def infer_answer(decoded: Decoded, result: InferenceResult) -> Reply:

@@ -2,8 +2,8 @@
 the same models, tensor layouts, limits, in-flight permits, admission, API keys and errors, through
 ``service.core.run_inference``; never through the HTTP app.
 
-- A request's deadline is the client's gRPC deadline when it is shorter than ``timeout_s``; a cancelled call drops
-  its queued rows as a closed HTTP connection does.
+- A request's deadline is the client's gRPC deadline or its ``timeout`` parameter when shorter than ``timeout_s``;
+  a cancelled call drops its queued rows as a closed HTTP connection does.
 - Errors are the service's own (``service.errors``), each class's ``grpc_code``: 429's ``RESOURCE_EXHAUSTED`` carries
   the delay in trailing metadata, ``retry-after`` (seconds) and ``grpc-retry-pushback-ms`` (what gRPC's own retry
   policy reads). A message over ``max_body_bytes`` is ``RESOURCE_EXHAUSTED`` from gRPC itself.
@@ -39,6 +39,7 @@ from service.oip.models import (
     find_engine,
     is_ready,
     metadata_of,
+    request_parameters,
     statistics_of,
     task_request,
 )
@@ -144,12 +145,14 @@ class InferenceServicer:
         registry = self.core.registry
         engine = find_engine(registry, request.model_name, request.model_version or None)
         tensors = input_tensors(request)
-        parameters = {name: parameter_value(value, name) for name, value in request.parameters.items()}
-        task = task_request(engine, tensors, parameters)
+        given = request_parameters({name: parameter_value(value, name) for name, value in request.parameters.items()})
+        task = task_request(engine, tensors, given.options)
         wanted = requested_outputs(request)
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
             raise RequestTimeout("the call's deadline passed before it started")
+        if given.timeout_s is not None:
+            remaining = given.timeout_s if remaining is None else min(remaining, given.timeout_s)
         self.core.permits.take()
         try:
             inference = InferenceRequest.of(task, timeout_s=remaining)

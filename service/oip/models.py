@@ -1,11 +1,13 @@
 """What both Open Inference Protocol transports (REST ``service.api.v2``, gRPC ``service.grpc``) say of the served
-models: the server's name and version, each model's one version, its metadata and readiness, the task request its
-input tensors make, the outputs a request asks for, and the repository's load and unload parameters. No FastAPI,
+models: the server's name and version, each model's one version, its metadata, configuration, statistics and
+readiness, the task request its input tensors and parameters make, the outputs a request asks for, and the
+repository's load and unload parameters. No FastAPI,
 no gRPC: each transport shapes these for its wire."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -27,6 +29,7 @@ VERSION = "1"  # every model's one version
 PLATFORM = "onnxruntime_onnx"
 UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
 RESERVED_PREFIX = "triton_"  # request parameters Triton keeps for itself
+TIMEOUT, PRIORITY = "timeout", "priority"  # Triton's request parameters (tritonclient's infer(timeout=, priority=))
 
 
 def find_engine(registry: ModelRegistry, name: str, version: str | None = None) -> Engine:
@@ -100,11 +103,33 @@ def metadata_of(engine: Engine) -> dict[str, Any]:
     }
 
 
-def task_request(engine: Engine, tensors: Tensors, parameters: Mapping[str, Any]) -> TaskRequest:
-    """The engine's task request from input tensors and parameters, validated as its v1 route validates it. Triton's
-    reserved ``triton_*`` parameters (perf_analyzer sends ``triton_enable_empty_final_response``, a streaming
-    option) say nothing to a model that answers once, and are left out."""
-    options = {name: value for name, value in parameters.items() if not name.startswith(RESERVED_PREFIX)}
+@dataclass(frozen=True, slots=True)
+class RequestParameters:
+    options: dict[str, Any]  # the task's options
+    timeout_s: float | None = None  # the request's own deadline (Triton's ``timeout``), None: the server's
+
+
+def request_parameters(parameters: Mapping[str, Any]) -> RequestParameters:
+    """An infer request's parameters: the task's options, and Triton's own request parameters taken out. ``timeout``
+    (microseconds, tritonclient's ``infer(timeout=...)``; 0: none) is the request's deadline when shorter than
+    ``timeout_s`` (a 504 / DEADLINE_EXCEEDED past it); ``priority`` is accepted (every request has one priority here);
+    the reserved ``triton_*`` ones (perf_analyzer sends ``triton_enable_empty_final_response``, a streaming option)
+    say nothing to a model that answers once."""
+    options: dict[str, Any] = {}
+    timeout_s = None
+    for name, value in parameters.items():
+        if name in (TIMEOUT, PRIORITY):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise BadRequest(f"parameter {name!r} must be a whole number, 0 or more (timeout: microseconds)")
+            if name == TIMEOUT and value:
+                timeout_s = value / 1e6
+        elif not name.startswith(RESERVED_PREFIX):
+            options[name] = value
+    return RequestParameters(options, timeout_s)
+
+
+def task_request(engine: Engine, tensors: Tensors, options: Mapping[str, Any]) -> TaskRequest:
+    """The engine's task request from input tensors and the task's options, validated as its v1 route validates it."""
     try:
         return LAYOUTS[engine.task].task_request(tensors, options, engine.name)
     except ValidationError as exc:

@@ -149,3 +149,19 @@ def test_triton_reserved_parameters_are_left_out(served: tuple[str, Any, Any]) -
             assert np.array_equal(reserved.as_numpy(output), plain.as_numpy(output))
         with pytest.raises(InferenceServerException, match="unknown parameter 'enable_empty_final_response'"):
             client.infer("sst", [text], parameters={"enable_empty_final_response": True})
+
+
+def test_timeout_and_priority_are_request_parameters(served: tuple[str, Any, Any]) -> None:
+    """tritonclient's ``infer(timeout=...)`` (microseconds) is the request's deadline; ``priority`` is accepted."""
+    _, http, grpc = served
+    for module, client, late_status in ((httpclient, http, "504"), (grpcclient, grpc, "StatusCode.DEADLINE_EXCEEDED")):
+        text = module.InferInput("text", [2], "BYTES")
+        text.set_data_from_numpy(np.array(TEXTS[:2], dtype=object))
+        plain = client.infer("sst", [text]).as_numpy("score")
+        assert np.array_equal(client.infer("sst", [text], timeout=10_000_000, priority=3).as_numpy("score"), plain)
+        assert np.array_equal(client.infer("sst", [text], timeout=0).as_numpy("score"), plain)  # 0: no deadline
+        with pytest.raises(InferenceServerException, match="timed out") as late:
+            client.infer("sst", [text], timeout=1)
+        assert late.value.status() == late_status
+        with pytest.raises(InferenceServerException, match="'timeout' must be a whole number"):
+            client.infer("sst", [text], parameters={"timeout": "soon"})
