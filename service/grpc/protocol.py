@@ -18,19 +18,19 @@ from service.grpc.build import DESCRIPTORS
 SERVICE = "inference.GRPCInferenceService"
 
 
-def _load() -> tuple[dict[str, Any], Any]:
+def _load() -> tuple[list[Any], dict[str, Any], Any]:
     if not DESCRIPTORS.exists():
         raise ModuleNotFoundError(f"{DESCRIPTORS} is not built: run `python -m service.grpc.build` (make setup does)")
-    files = descriptor_pb2.FileDescriptorSet.FromString(DESCRIPTORS.read_bytes()).file
+    files = list(descriptor_pb2.FileDescriptorSet.FromString(DESCRIPTORS.read_bytes()).file)
     pool = descriptor_pool.DescriptorPool()
     for file in files:
         pool.Add(file)
-    classes = message_factory.GetMessages(list(files), pool=pool)
+    classes = message_factory.GetMessages(files, pool=pool)
     messages = {name.removeprefix("inference."): cls for name, cls in classes.items()}
-    return messages, pool.FindServiceByName(SERVICE)
+    return files, messages, pool.FindServiceByName(SERVICE)
 
 
-MESSAGES, _SERVICE = _load()
+FILES, MESSAGES, _SERVICE = _load()  # FILES: the compiled FileDescriptorProtos (what reflection describes)
 METHODS: dict[str, tuple[Any, Any]] = {
     method.name: (MESSAGES[method.input_type.name], MESSAGES[method.output_type.name]) for method in _SERVICE.methods
 }

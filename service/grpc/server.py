@@ -26,6 +26,7 @@ from google.protobuf import json_format
 from service.core import InferenceRequest, ServiceCore, key_authorised, run_inference
 from service.errors import BadRequest, ModelNotFound, Overloaded, RequestTimeout, ServiceError, Unauthorized
 from service.grpc.protocol import MESSAGES, SERVICE, method_handlers
+from service.grpc.standard import ReadinessHealth, add_standard_services
 from service.metrics import log_access
 from service.oip.codec import EXTENSIONS, bytes_elements, shaped
 from service.oip.models import (
@@ -256,6 +257,8 @@ class GrpcTransport:
         self.core = core
         self.server: grpc.aio.Server | None = None
         self.port: int | None = None
+        self._health: ReadinessHealth | None = None
+        self._following: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         settings = self.core.settings
@@ -267,14 +270,21 @@ class GrpcTransport:
         server = grpc.aio.server(options=options)
         served = InferenceServicer(self.core)
         server.add_generic_rpc_handlers((method_handlers(lambda name: guard(self.core, name, getattr(served, name))),))
+        self._health = add_standard_services(server, lambda: self.core.ready)
         port = settings.grpc_port if settings.grpc_port is not None else 0
         self.port = server.add_insecure_port(f"{settings.host}:{port}")
         await server.start()
         self.server = server
+        self._following = asyncio.create_task(self._health.follow())
         logger.info("gRPC (Open Inference Protocol v2) on %s:%d", settings.host, self.port)
 
     async def stop(self, grace_s: float = 5.0) -> None:
-        """Stop taking calls; calls in flight get ``grace_s`` to finish."""
+        """Stop taking calls (health NOT_SERVING first); calls in flight get ``grace_s`` to finish."""
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._following is not None:
+            self._following.cancel()
+            self._following = None
         if self.server is not None:
             await self.server.stop(grace_s)
             self.server = None
