@@ -34,16 +34,16 @@ FILES, MESSAGES, _SERVICE = _load()  # FILES: the compiled FileDescriptorProtos 
 METHODS: dict[str, tuple[Any, Any]] = {
     method.name: (MESSAGES[method.input_type.name], MESSAGES[method.output_type.name]) for method in _SERVICE.methods
 }
+STREAMS = frozenset(method.name for method in _SERVICE.methods if method.client_streaming and method.server_streaming)
 
 
 def method_handlers(handler: Callable[[str], Any]) -> grpc.GenericRpcHandler:
-    """Every method of the service, answered by the coroutine ``handler(name)`` gives."""
-    handlers = {
-        name: grpc.unary_unary_rpc_method_handler(
-            handler(name),
-            request_deserializer=request.FromString,
-            response_serializer=response.SerializeToString,
+    """Every method of the service, answered by the coroutine (a stream's: the async generator) ``handler(name)``
+    gives."""
+    handlers = {}
+    for name, (request, response) in METHODS.items():
+        make = grpc.stream_stream_rpc_method_handler if name in STREAMS else grpc.unary_unary_rpc_method_handler
+        handlers[name] = make(
+            handler(name), request_deserializer=request.FromString, response_serializer=response.SerializeToString
         )
-        for name, (request, response) in METHODS.items()
-    }
     return grpc.method_handlers_generic_handler(SERVICE, handlers)

@@ -25,8 +25,9 @@ from google.protobuf import json_format
 
 from service.core import InferenceRequest, ServiceCore, key_authorised, run_inference
 from service.errors import BadRequest, ModelNotFound, Overloaded, RequestTimeout, ServiceError, Unauthorized
-from service.grpc.protocol import MESSAGES, SERVICE, method_handlers
+from service.grpc.protocol import MESSAGES, SERVICE, STREAMS, method_handlers
 from service.grpc.standard import ReadinessHealth, add_standard_services
+from service.grpc.stream import stream_handler
 from service.metrics import log_access
 from service.oip.codec import EXTENSIONS, bytes_elements, shaped
 from service.oip.models import (
@@ -269,7 +270,13 @@ class GrpcTransport:
         ]
         server = grpc.aio.server(options=options)
         served = InferenceServicer(self.core)
-        server.add_generic_rpc_handlers((method_handlers(lambda name: guard(self.core, name, getattr(served, name))),))
+
+        def behaviour(name: str) -> Any:
+            if name in STREAMS:  # ModelStreamInfer: each request as ModelInfer answers it (service.grpc.stream)
+                return stream_handler(self.core, name, served.ModelInfer)
+            return guard(self.core, name, getattr(served, name))
+
+        server.add_generic_rpc_handlers((method_handlers(behaviour),))
         self._health = add_standard_services(server, lambda: self.core.ready)
         port = settings.grpc_port if settings.grpc_port is not None else 0
         self.port = server.add_insecure_port(f"{settings.host}:{port}")
