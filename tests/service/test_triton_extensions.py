@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -165,3 +166,12 @@ def test_timeout_and_priority_are_request_parameters(served: tuple[str, Any, Any
         assert late.value.status() == late_status
         with pytest.raises(InferenceServerException, match="'timeout' must be a whole number"):
             client.infer("sst", [text], parameters={"timeout": "soon"})
+
+
+def test_a_model_on_a_gpu_is_configured_as_a_gpu_instance_group() -> None:
+    """The card's side of the configuration, without a card: only the engine's name, task, device and workers count."""
+    from service.device import Device
+    from service.oip.models import config_of
+
+    on_card = SimpleNamespace(name="sst", task="text-classification", device=Device("cuda", 1), workers=[0, 1])
+    assert config_of(on_card)["instance_group"] == [{"name": "sst", "kind": "KIND_GPU", "count": 2, "gpus": [1]}]  # type: ignore[arg-type]
