@@ -36,12 +36,16 @@ class StreamAnswers:
         self.core, self.infer, self.path = core, infer, path
         self.done: asyncio.Queue[Any] = asyncio.Queue()
         self.running: set[asyncio.Task[None]] = set()
+        # Requests read and not yet answered on the wire: a client that sends without reading stops being read
+        # once it has as many as the server takes in flight, instead of piling answers up here.
+        self.room = asyncio.Semaphore(core.settings.max_concurrent_requests)
 
     async def read(self, requests: AsyncIterator[Any], context: Any) -> None:
         """Start a task per request until the client closes its side, wait for them, then mark the end (None), which
         also comes when reading fails or is cancelled."""
         try:
             async for request in requests:
+                await self.room.acquire()
                 task = asyncio.create_task(self.answer(request, context))
                 self.running.add(task)
                 task.add_done_callback(self.running.discard)
@@ -95,6 +99,7 @@ def stream_handler(core: ServiceCore, name: str, infer: Infer) -> Callable[[Any,
         try:
             while (response := await answers.done.get()) is not None:
                 yield response
+                answers.room.release()
             await reader
         finally:
             for task in (reader, *answers.running):

@@ -89,3 +89,14 @@ def test_a_stream_without_the_key_is_refused(target: str) -> None:
     client.stop_stream()
     client.close()
     assert result is None and "API key" in error.message() and "UNAUTHENTICATED" in str(error.status())
+
+
+def test_a_stream_longer_than_the_in_flight_limit_is_answered_whole(tiny_models: dict[str, TinyModel]) -> None:
+    """A stream's unanswered requests are held to the server's in-flight limit (2 here); the rest wait to be read."""
+    port = free_port()
+    bundles = {"sst": tiny_models["text-classification"].bundle}
+    with real_server_for(bundles, grpc_port=port, tune=False, max_concurrent_requests=2):
+        requests = [{"inputs": [text_input(TEXTS[:2])], "request_id": str(number)} for number in range(12)]
+        answers = streamed(f"127.0.0.1:{port}", requests, None)
+    assert [error for _, error in answers] == [None] * 12
+    assert sorted(int(result.get_response().id) for result, _ in answers) == list(range(12))
