@@ -59,6 +59,8 @@ OPERATION_IDS: dict[str, str] = {  # the route's name (its function's, or Infere
     "model_version_statistics": "modelVersionStatistics",
     "model_config": "modelConfig",
     "model_version_config": "modelVersionConfig",
+    "logging_settings": "logSettings",
+    "update_logging": "updateLogSettings",
     "infer": "modelInfer",
     "infer_version": "modelVersionInfer",
     "hf_inference": "hfInference",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
 from service.api import health
@@ -25,6 +25,7 @@ from service.api.error_docs import TASK_ERRORS, error_responses
 from service.core import InferenceResult, ModelRegistry
 from service.engine import Engine
 from service.errors import BadRequest, ModelNotFound, NotReady, ServiceError, UnsupportedMediaType
+from service.log_settings import log_settings, update_log_settings
 from service.oip import EXTENSIONS, HEADER_LENGTH, OutputTensor, TaskLayout, decode_inputs, encode_response, split_body
 from service.oip.models import (
     SERVER_NAME,
@@ -44,6 +45,7 @@ from service.schemas.v2 import (
     V2InferRequest,
     V2InferResponse,
     V2Live,
+    V2LogSettings,
     V2ModelConfig,
     V2ModelMetadata,
     V2ModelReady,
@@ -146,6 +148,34 @@ async def model_config(name: str, registry: RegistryDep) -> dict[str, Any]:
 async def model_version_config(name: str, version: str, registry: RegistryDep) -> dict[str, Any]:
     """The model's configuration; its only version is 1."""
     return config_of(find_engine(registry, name, version))
+
+
+@router.get("/logging", response_model=V2LogSettings)
+async def logging_settings(request: Request) -> dict[str, Any]:
+    """The service's log settings (Triton's logging extension: ``get_log_settings``)."""
+    return log_settings(request.app.state.settings.log_format)
+
+
+LOG_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "The settings to change (tritonclient sends no media type; the body is read as JSON).",
+        "content": {
+            "application/json": {
+                "schema": {"type": "object", "additionalProperties": {"type": ["boolean", "integer", "string"]}}
+            }
+        },
+    }
+}
+
+
+@router.post("/logging", response_model=V2LogSettings, responses=v2_error_responses(BadRequest), openapi_extra=LOG_BODY)
+async def update_logging(request: Request) -> dict[str, Any]:
+    """Change the log threshold of a running server (``update_log_settings``); the settings after."""
+    changes = parse_json(await request.body())
+    if not isinstance(changes, dict):
+        raise BadRequest('the body must be a JSON object of log settings, such as {"log_info": false}')
+    return update_log_settings(changes, request.app.state.settings.log_format)
 
 
 def model_metadata_of(engine: Engine) -> V2ModelMetadata:

@@ -28,6 +28,7 @@ from service.errors import BadRequest, ModelNotFound, Overloaded, RequestTimeout
 from service.grpc.protocol import MESSAGES, SERVICE, STREAMS, method_handlers
 from service.grpc.standard import ReadinessHealth, add_standard_services
 from service.grpc.stream import stream_handler
+from service.log_settings import log_settings, update_log_settings
 from service.metrics import log_access
 from service.oip.codec import EXTENSIONS, bytes_elements, shaped
 from service.oip.models import (
@@ -175,6 +176,22 @@ class InferenceServicer:
     async def ModelConfig(self, request: Any, context: Any) -> Any:
         engine = find_engine(self.core.registry, request.name, request.version or None)
         return json_format.ParseDict({"config": config_of(engine)}, MESSAGES["ModelConfigResponse"]())
+
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        changes = {name: parameter_value(value, name) for name, value in request.settings.items()}
+        log_format = self.core.settings.log_format
+        now = update_log_settings(changes, log_format) if changes else log_settings(log_format)
+        reply = MESSAGES["LogSettingsResponse"]()
+        for name, value in now.items():
+            kind = (
+                "bool_param"
+                if isinstance(value, bool)
+                else "uint32_param"
+                if isinstance(value, int)
+                else "string_param"
+            )
+            setattr(reply.settings[name], kind, value)
+        return reply
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         reply = MESSAGES["RepositoryIndexResponse"]()

@@ -256,3 +256,14 @@ class V2ModelConfig(BaseModel):
     instance_group: list[V2InstanceGroup]
     default_model_filename: str
     parameters: dict[str, dict[str, str]] = Field(description='{"task": {"string_value": TASK}}.')
+
+
+class V2LogSettings(BaseModel):
+    """Triton's logging extension (``get_log_settings`` / ``update_log_settings``): the service's log threshold."""
+
+    log_file: str = Field(description='Always "": the logs go to stderr.')
+    log_info: bool = Field(description="INFO records (the access lines among them) are written.")
+    log_warning: bool
+    log_error: bool
+    log_verbose_level: int = Field(description="1 or more: DEBUG records too.")
+    log_format: str = Field(description="--log-format: text or json.")

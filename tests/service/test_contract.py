@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -24,9 +25,15 @@ from tests.service.tiny_models import SERVED_TASKS, TinyModel
 
 @pytest.fixture(scope="module")
 def server_url(tiny_models: dict[str, TinyModel]) -> Iterator[str]:
+    """The server, in this process: fuzzed calls of POST /v2/logging set the root logger's level, put back after."""
     bundles = {task: model.bundle for task, model in tiny_models.items()}
-    with real_server_for(bundles, max_inputs_per_request=8, max_body_bytes=64 * 1024, timeout_s=20) as url:
-        yield url
+    root = logging.getLogger()
+    level = root.level
+    try:
+        with real_server_for(bundles, max_inputs_per_request=8, max_body_bytes=64 * 1024, timeout_s=20) as url:
+            yield url
+    finally:
+        root.setLevel(level)
 
 
 def venv_tool(name: str) -> str:
