@@ -41,6 +41,7 @@ from service.repository import ModelRepository
 from service.sessions import release_free_memory
 from service.settings import Settings
 from service.tasks import BY_TASK
+from service.trace_settings import TraceSettings
 from service.tracing import configure as configure_tracing
 
 if TYPE_CHECKING:
@@ -266,6 +267,8 @@ class ServiceCore:
         self.registry = ModelRegistry({})
         self.permits = Permits(settings.max_concurrent_requests)
         self.tracing = configure_tracing()  # None unless OTEL_* asks for traces and the SDK is installed
+        # Triton's trace extension reads and changes these: OFF for good without a tracer
+        self.trace_settings = self.tracing.settings if self.tracing is not None else TraceSettings(enabled=False)
         self._engines = dict(engines) if engines is not None else None
         self._broken = dict(broken or {})
         self._tasks: list[asyncio.Task[None]] = []

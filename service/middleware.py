@@ -34,6 +34,17 @@ PLAYGROUND_PREFIX = "/playground/"
 BODILESS_METHODS = ("GET", "HEAD", "OPTIONS")  # neither read nor counted
 
 
+def infer_model(path: str) -> str | None:
+    """The model an Open Inference Protocol infer path names (``/v2/models/{name}[/versions/{v}]/infer``): what a
+    request's trace settings follow (``service.trace_settings``)."""
+    parts = path.split("/")
+    if parts[-1] != "infer" or parts[1:3] != ["v2", "models"]:
+        return None
+    if len(parts) == 5 or (len(parts) == 7 and parts[4] == "versions"):
+        return parts[3]
+    return None
+
+
 class MetricsMiddleware:
     """Counts requests by route template and status, their latency, and how many are in flight."""
 
@@ -71,7 +82,8 @@ class MetricsMiddleware:
             record = RequestRecord() if self.access_log else None
         else:
             carrier = {key.decode(): value.decode("latin-1") for key, value in scope["headers"] if key in TRACE_HEADERS}
-            span = self.tracing.begin(f"{scope['method']} {scope['path']}", carrier, {"url.path": scope["path"]})
+            path = scope["path"]
+            span = self.tracing.begin(f"{scope['method']} {path}", carrier, {"url.path": path}, infer_model(path))
             record = self.tracing.record_for(span, self.access_log)
         opened = ACCESS_RECORD.set(record)
         try:

@@ -26,6 +26,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from service.trace_settings import TraceSettings
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
@@ -87,6 +89,7 @@ class Tracing:
         from opentelemetry import propagate, trace
 
         self.provider = provider
+        self.settings = TraceSettings(enabled=True)  # which requests get traced (Triton's trace extension)
         self.tracer: Tracer = provider.get_tracer("bertserve")
         self._propagator = propagate.get_global_textmap()
         self._trace = trace
@@ -96,12 +99,21 @@ class Tracing:
     def epoch_ns(self, perf_seconds: float) -> int:
         return int(perf_seconds * 1e9) + self._epoch_offset_ns
 
-    def begin(self, name: str, carrier: Mapping[str, str], attributes: Mapping[str, Any]) -> Span:
-        """The request's server span, a child of the caller's ``traceparent`` when ``carrier`` has one."""
+    def begin(
+        self, name: str, carrier: Mapping[str, str], attributes: Mapping[str, Any], model: str | None = None
+    ) -> Span:
+        """The request's server span, a child of the caller's ``traceparent`` when ``carrier`` has one; a span that
+        records nothing when the trace settings pass the request by (``model``: the model it names at its start)."""
+        scope = self.settings.admit(model)
+        if scope is None:
+            return self._trace.INVALID_SPAN
         parent = self._propagator.extract(carrier)
-        return self.tracer.start_span(
+        span = self.tracer.start_span(
             name, context=parent, kind=self._trace.SpanKind.SERVER, attributes=dict(attributes)
         )
+        if span.is_recording():
+            self.settings.taken(scope)
+        return span
 
     def record_for(self, span: Span, access_log: bool) -> RequestRecord | None:
         """The request's record: one that collects stage times when ``span`` is sampled (and carries its trace id),

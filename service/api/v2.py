@@ -53,6 +53,7 @@ from service.schemas.v2 import (
     V2Ready,
     V2RequestOutput,
     V2ServerMetadata,
+    V2TraceSettings,
     inline_json_schema,
 )
 from service.tasks import LAYOUTS
@@ -176,6 +177,64 @@ async def update_logging(request: Request) -> dict[str, Any]:
     if not isinstance(changes, dict):
         raise BadRequest('the body must be a JSON object of log settings, such as {"log_info": false}')
     return update_log_settings(changes, request.app.state.settings.log_format)
+
+
+TRACE_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "The settings to change, null to clear one (tritonclient sends no media type; read as JSON).",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}, {"type": "null"}]
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+def trace_changes(body: bytes) -> dict[str, Any]:
+    changes = parse_json(body)
+    if not isinstance(changes, dict):
+        raise BadRequest('the body must be a JSON object of trace settings, such as {"trace_rate": "10"}')
+    return changes
+
+
+@router.get("/trace/setting", response_model=V2TraceSettings)
+async def trace_settings(request: Request) -> dict[str, Any]:
+    """The global trace settings (Triton's trace extension: ``get_trace_settings``)."""
+    return request.app.state.core.trace_settings.view()
+
+
+@router.post(
+    "/trace/setting", response_model=V2TraceSettings, responses=v2_error_responses(BadRequest), openapi_extra=TRACE_BODY
+)
+async def update_trace_settings(request: Request) -> dict[str, Any]:
+    """Change which requests are traced, for every model without its own setting (``update_trace_settings``)."""
+    return request.app.state.core.trace_settings.update(trace_changes(await request.body()))
+
+
+@router.get("/models/{name}/trace/setting", response_model=V2TraceSettings, responses=v2_error_responses(ModelNotFound))
+async def model_trace_settings(name: str, request: Request, registry: RegistryDep) -> dict[str, Any]:
+    """The trace settings the model's infer requests follow: its own, else the global ones."""
+    find_engine(registry, name)
+    return request.app.state.core.trace_settings.view(name)
+
+
+@router.post(
+    "/models/{name}/trace/setting",
+    response_model=V2TraceSettings,
+    responses=v2_error_responses(BadRequest, ModelNotFound),
+    openapi_extra=TRACE_BODY,
+)
+async def update_model_trace_settings(name: str, request: Request, registry: RegistryDep) -> dict[str, Any]:
+    """Change the model's own trace settings (null: follow the global one again)."""
+    find_engine(registry, name)
+    return request.app.state.core.trace_settings.update(trace_changes(await request.body()), name)
 
 
 def model_metadata_of(engine: Engine) -> V2ModelMetadata:

@@ -193,6 +193,18 @@ class InferenceServicer:
             setattr(reply.settings[name], kind, value)
         return reply
 
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        model = request.model_name or None
+        if model is not None:
+            find_engine(self.core.registry, model)
+        settings = self.core.trace_settings
+        changes = {name: list(setting.value) or None for name, setting in request.settings.items()}
+        now = settings.update(changes, model) if changes else settings.view(model)
+        reply = MESSAGES["TraceSettingResponse"]()
+        for name, value in now.items():
+            reply.settings[name].value.extend(value if isinstance(value, list) else [value])
+        return reply
+
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         reply = MESSAGES["RepositoryIndexResponse"]()
         for model in self.core.repository.index(ready_only=request.ready):
@@ -229,8 +241,9 @@ def guard(core: ServiceCore, name: str, method: Handler) -> Handler:
             record = RequestRecord() if access_log else None
         else:
             carrier = {key: str(value) for key, value in context.invocation_metadata() or () if key in TRACE_KEYS}
+            model = request.model_name or None if name == "ModelInfer" else None  # what trace settings follow
             span = tracing.begin(f"{SERVICE}/{name}", carrier, {"rpc.system": "grpc", "rpc.service": SERVICE,
-                                                                "rpc.method": name})  # fmt: skip
+                                                                "rpc.method": name}, model)  # fmt: skip
             record = tracing.record_for(span, access_log)
         opened = ACCESS_RECORD.set(record)
         code = grpc.StatusCode.OK

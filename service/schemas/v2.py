@@ -267,3 +267,14 @@ class V2LogSettings(BaseModel):
     log_error: bool
     log_verbose_level: int = Field(description="1 or more: DEBUG records too.")
     log_format: str = Field(description="--log-format: text or json.")
+
+
+class V2TraceSettings(BaseModel):
+    """Triton's trace extension (``get_trace_settings`` / ``update_trace_settings``): which requests are traced."""
+
+    trace_level: list[str] = Field(description='["TIMESTAMPS"]: requests are traced (spans per stage); ["OFF"]: none.')
+    trace_rate: str = Field(description="N: every N-th request is traced.")
+    trace_count: str = Field(description="Traces still to take (counted down as they are taken); -1: no end.")
+    trace_mode: str = Field(description='Always "opentelemetry": traces go out as OpenTelemetry spans.')
+    trace_file: str = Field(description='Always "": spans go to the OTLP exporter, not to files.')
+    log_frequency: str = Field(description='Always "0": no trace files.')

@@ -6,85 +6,29 @@ configured at all."""
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
 
+pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+pytest.importorskip("opentelemetry.sdk.trace")
+
 from service.settings import Settings
 from tests.service.apptools import free_port, real_server, serving
+from tests.service.otlp_receiver import Receiver, attributes, receiving
 from tests.service.tiny_models import TinyModel
-
-trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
-pytest.importorskip("opentelemetry.sdk.trace")
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 STAGES = {"read body", "admission", "tokenize", "queue wait", "batch run", "post-process"}
 
 
-class Receiver(ThreadingHTTPServer):
-    """An OTLP/HTTP trace receiver: every span it is sent, decoded."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), ReceiverHandler)
-        self.spans: list[Any] = []
-        self.lock = threading.Lock()
-
-    def received(self, trace_id: str, at_least: int, timeout_s: float = 15.0) -> list[Any]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self.lock:
-                found = [span for span in self.spans if span.trace_id.hex() == trace_id]
-            if len(found) >= at_least:
-                return found
-            time.sleep(0.05)
-        raise AssertionError(f"{len(found)} spans of trace {trace_id} arrived, expected at least {at_least}")
-
-
-class ReceiverHandler(BaseHTTPRequestHandler):
-    server: Receiver
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        request = trace_service.ExportTraceServiceRequest.FromString(body)
-        with self.server.lock:
-            for resource in request.resource_spans:
-                for scope in resource.scope_spans:
-                    self.server.spans.extend(scope.spans)
-        reply = trace_service.ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the test reads the spans, not the receiver's request lines."""
-
-
 @pytest.fixture()
 def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
-    server = Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-    monkeypatch.setenv("OTEL_SERVICE_NAME", "bertserve-test")
-    yield server
-    server.shutdown()
-
-
-def attributes(span: Any) -> dict[str, Any]:
-    values = {}
-    for item in span.attributes:
-        kind = item.value.WhichOneof("value")
-        values[item.key] = getattr(item.value, kind)
-    return values
+    with receiving(monkeypatch) as server:
+        yield server
 
 
 def check_stages(spans: list[Any], server_name: str) -> Any:
