@@ -16,6 +16,12 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from service.grpc.build import DESCRIPTORS
 
 SERVICE = "inference.GRPCInferenceService"
+# What OpenTelemetry's gRPC conventions count as a server span's error
+SERVER_ERRORS = frozenset(
+    {grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNIMPLEMENTED,
+     grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS}
+)  # fmt: skip
+TRACE_KEYS = frozenset({"traceparent", "tracestate"})  # W3C trace context in metadata: what a span continues
 
 
 def _load() -> tuple[list[Any], dict[str, Any], Any]:
@@ -47,3 +53,8 @@ def method_handlers(handler: Callable[[str], Any]) -> grpc.GenericRpcHandler:
             handler(name), request_deserializer=request.FromString, response_serializer=response.SerializeToString
         )
     return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+
+def trace_carrier(context: Any) -> dict[str, str]:
+    """The call's W3C trace context (``traceparent``, ``tracestate`` metadata): what its spans continue."""
+    return {key: str(value) for key, value in context.invocation_metadata() or () if key in TRACE_KEYS}

@@ -25,7 +25,7 @@ from google.protobuf import json_format
 
 from service.core import InferenceRequest, ServiceCore, key_authorised, run_inference
 from service.errors import BadRequest, ModelNotFound, Overloaded, RequestTimeout, ServiceError, Unauthorized
-from service.grpc.protocol import MESSAGES, SERVICE, STREAMS, method_handlers
+from service.grpc.protocol import MESSAGES, SERVER_ERRORS, SERVICE, STREAMS, method_handlers, trace_carrier
 from service.grpc.standard import ReadinessHealth, add_standard_services
 from service.grpc.stream import stream_handler
 from service.log_settings import log_settings, update_log_settings
@@ -51,13 +51,7 @@ from service.tasks import LAYOUTS
 from service.tracing import ACCESS_RECORD, RequestRecord
 
 logger = logging.getLogger(__name__)
-# What OpenTelemetry's gRPC conventions count as a server span's error
-SERVER_ERRORS = frozenset(
-    {grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNIMPLEMENTED,
-     grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS}
-)  # fmt: skip
 OPEN_METHODS = frozenset({"ServerLive", "ServerReady"})  # health probes: no API key, as /v2/health
-TRACE_KEYS = frozenset({"traceparent", "tracestate"})  # W3C trace context in metadata: what a span continues
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]  # (request, context) -> reply
 
 
@@ -240,7 +234,7 @@ def guard(core: ServiceCore, name: str, method: Handler) -> Handler:
         if tracing is None:
             record = RequestRecord() if access_log else None
         else:
-            carrier = {key: str(value) for key, value in context.invocation_metadata() or () if key in TRACE_KEYS}
+            carrier = trace_carrier(context)
             model = request.model_name or None if name == "ModelInfer" else None  # what trace settings follow
             span = tracing.begin(f"{SERVICE}/{name}", carrier, {"rpc.system": "grpc", "rpc.service": SERVICE,
                                                                 "rpc.method": name}, model)  # fmt: skip

@@ -21,7 +21,7 @@ import grpc
 
 from service.core import ServiceCore, key_authorised
 from service.errors import ServiceError
-from service.grpc.protocol import MESSAGES, SERVICE
+from service.grpc.protocol import MESSAGES, SERVER_ERRORS, SERVICE, trace_carrier
 from service.metrics import log_access
 from service.tracing import ACCESS_RECORD, RequestRecord
 
@@ -32,8 +32,9 @@ Infer = Callable[[Any, Any], Awaitable[Any]]  # (request, context) -> ModelInfer
 class StreamAnswers:
     """One stream's requests, each answered by ``infer`` in a task of its own, its response queued as it is done."""
 
-    def __init__(self, core: ServiceCore, infer: Infer, path: str) -> None:
+    def __init__(self, core: ServiceCore, infer: Infer, path: str, carrier: dict[str, str]) -> None:
         self.core, self.infer, self.path = core, infer, path
+        self.carrier = carrier  # the stream's trace context: each request's span continues it
         self.done: asyncio.Queue[Any] = asyncio.Queue()
         self.running: set[asyncio.Task[None]] = set()
         # Requests read and not yet answered on the wire: a client that sends without reading stops being read
@@ -55,8 +56,14 @@ class StreamAnswers:
             self.done.put_nowait(None)
 
     async def answer(self, request: Any, context: Any) -> None:
-        access_log = self.core.settings.access_log
-        record = RequestRecord() if access_log else None
+        access_log, tracing = self.core.settings.access_log, self.core.tracing
+        span = None
+        if tracing is None:
+            record = RequestRecord() if access_log else None
+        else:
+            attributes = {"rpc.system": "grpc", "rpc.service": SERVICE, "rpc.method": self.path.rpartition("/")[2]}
+            span = tracing.begin(self.path.removeprefix("/"), self.carrier, attributes, request.model_name or None)
+            record = tracing.record_for(span, access_log)
         ACCESS_RECORD.set(record)  # this task's own context
         started, code = time.perf_counter(), grpc.StatusCode.OK
         response = MESSAGES["ModelStreamInferResponse"]()
@@ -76,7 +83,9 @@ class StreamAnswers:
         metrics = self.core.metrics
         metrics.requests.labels(self.path, code.name).inc()
         metrics.request_seconds.labels(self.path).observe(elapsed)
-        if record is not None:
+        if span is not None and tracing is not None:
+            tracing.end(span, record, {"rpc.grpc.status_code": code.value[0]}, error=code in SERVER_ERRORS)
+        if record is not None and access_log:
             log_access("GRPC", self.path, code.name, elapsed, record)
         await self.done.put(response)
 
@@ -94,7 +103,7 @@ def stream_handler(core: ServiceCore, name: str, infer: Infer) -> Callable[[Any,
                     grpc.StatusCode.UNAUTHENTICATED,
                     "missing or wrong API key: send 'authorization: Bearer KEY' metadata",
                 )
-        answers = StreamAnswers(core, infer, path)
+        answers = StreamAnswers(core, infer, path, trace_carrier(context) if core.tracing is not None else {})
         reader = asyncio.create_task(answers.read(requests, context))
         try:
             while (response := await answers.done.get()) is not None:

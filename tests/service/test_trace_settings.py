@@ -7,6 +7,7 @@ level is OFF and turning it on says what to set."""
 from __future__ import annotations
 
 import asyncio
+import queue
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,20 +25,23 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 
 from service.settings import Settings  # noqa: E402
 from tests.service.apptools import free_port, real_server_for, serving  # noqa: E402
-from tests.service.otlp_receiver import Receiver, receiving  # noqa: E402
+from tests.service.otlp_receiver import Receiver, attributes, receiving  # noqa: E402
 from tests.service.tiny_models import TinyModel  # noqa: E402
 
 DEFAULTS = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "-1", "trace_mode": "opentelemetry",
             "trace_file": "", "log_frequency": "0"}  # fmt: skip
 CLEAR = dict.fromkeys(("trace_level", "trace_rate", "trace_count"))
 CALLER_SPAN = "00f067aa0ba902b7"
+STAGES = {"admission", "tokenize", "queue wait", "batch run", "post-process"}  # a gRPC request's (no body to read)
+SERVICE = "inference.GRPCInferenceService"
 
 
 class Served:
     def __init__(self, url: str, grpc_port: int, receiver: Receiver) -> None:
         self.url, self.receiver = url, receiver
         self.http = httpclient.InferenceServerClient(url.removeprefix("http://"))
-        self.grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        self.grpc_target = f"127.0.0.1:{grpc_port}"
+        self.grpc = grpcclient.InferenceServerClient(self.grpc_target)
         self.next_trace = 0
 
     def reset(self) -> None:
@@ -70,6 +74,21 @@ class Served:
             f"{self.url}/v1/text-classification", json={"model": "sst", "inputs": "fine"}, headers=headers
         )
         assert answer.status_code == 200
+        return trace
+
+    def stream(self, requests: int) -> str:
+        """``requests`` infer requests of model sst on one gRPC stream under a caller's sampled trace; its trace id."""
+        trace, answers = self.trace_id(), queue.Queue[Any]()
+        client = grpcclient.InferenceServerClient(self.grpc_target)
+        client.start_stream(
+            lambda result, error: answers.put(error), headers={"traceparent": f"00-{trace}-{CALLER_SPAN}-01"}
+        )
+        for index in range(requests):
+            text = grpcclient.InferInput("text", [1], "BYTES")
+            text.set_data_from_numpy(np.array([f"film number {index}".encode()], dtype=object))
+            client.async_stream_infer("sst", [text])
+        client.stop_stream()
+        assert [answers.get(timeout=10) for _ in range(requests)] == [None] * requests
         return trace
 
     def traced(self, traces: list[str]) -> list[str]:
@@ -185,6 +204,21 @@ def test_a_models_level_and_count_decide_for_its_infer_requests_only(served: Ser
     assert served.traced(counted) == counted[:2]
     assert served.http.get_trace_settings(model_name="sst") == {**DEFAULTS, "trace_count": "0"}
     assert served.http.get_trace_settings()["trace_count"] == "-1"
+    served.reset()
+
+
+def test_each_request_on_a_stream_gets_its_span_and_follows_its_models_settings(served: Served) -> None:
+    served.reset()
+    trace = served.stream(3)
+    spans = served.receiver.received(trace, at_least=3 * (len(STAGES) + 1))
+    stream_spans = [span for span in spans if span.name == f"{SERVICE}/ModelStreamInfer"]
+    assert len(stream_spans) == 3
+    for span in stream_spans:
+        assert span.parent_span_id.hex() == CALLER_SPAN and attributes(span)["bertserve.model"] == "sst"
+        assert {child.name for child in spans if child.parent_span_id == span.span_id} == STAGES
+
+    served.http.update_trace_settings(model_name="sst", settings={"trace_level": ["OFF"]})
+    assert served.traced([served.stream(2)]) == []
     served.reset()
 
 
