@@ -14,9 +14,8 @@ back to its value at start, for a model back to following the global one.
 A model's settings overlay the global ones: what a model does not set follows the global setting as it changes. They
 apply to requests that name their model before their body is read: Open Inference Protocol infer requests, REST
 (``/v2/models/{name}/infer``), gRPC ``ModelInfer`` and each request on a ``ModelStreamInfer`` stream; every other
-request follows the global settings. Without
-tracing configured (no OTEL_* exporter), the level is ``OFF`` and turning it on is refused with what to set. No
-FastAPI, no gRPC: both transports call these.
+request follows the global settings. Without tracing configured (no OTEL_* exporter), the level is ``OFF`` and turning
+it on is refused with what to set. No FastAPI, no gRPC: both transports call these.
 """
 
 from __future__ import annotations
