@@ -26,20 +26,24 @@ from service.core import InferenceResult, ModelRegistry
 from service.engine import Engine
 from service.errors import BadRequest, ModelNotFound, NotReady, ServiceError, UnsupportedMediaType
 from service.log_settings import log_settings, update_log_settings
-from service.oip import EXTENSIONS, HEADER_LENGTH, OutputTensor, TaskLayout, decode_inputs, encode_response, split_body
+from service.oip import EXTENSIONS, HEADER_LENGTH, OutputTensor, decode_inputs, encode_response, split_body
 from service.oip.models import (
     SERVER_NAME,
     SERVER_VERSION,
     VERSION,
     chosen_outputs,
+    classification_counts,
+    classified_request,
     config_of,
     find_engine,
     is_ready,
     metadata_of,
+    output_tensors,
     request_parameters,
     statistics_of,
     task_request,
 )
+from service.schemas.common import TaskRequest
 from service.schemas.v2 import (
     V2Error,
     V2InferRequest,
@@ -56,7 +60,6 @@ from service.schemas.v2 import (
     V2TraceSettings,
     inline_json_schema,
 )
-from service.tasks import LAYOUTS
 
 router = APIRouter(prefix="/v2", tags=["v2"])
 
@@ -296,10 +299,13 @@ def binary_outputs(
 
 @dataclass(frozen=True, slots=True)
 class InferCall:
-    """What an infer answer needs besides the results: the layout, the outputs asked for, the request's id."""
+    """What an infer answer needs besides the results: the engine, the request as asked (the one run asks for every
+    class when outputs are classified), the outputs asked for and their classification counts, the request's id."""
 
-    layout: TaskLayout
+    engine: Engine
+    asked: TaskRequest
     outputs: list[V2RequestOutput] | None
+    counts: dict[str, int]
     binary_default: bool
     id: str | None
 
@@ -307,7 +313,6 @@ class InferCall:
 def decode_infer(incoming: Incoming, registry: ModelRegistry) -> Decoded:
     """v2 body -> the named model's task request (the model is looked up first: an unknown one is a 404)."""
     engine = find_engine(registry, incoming.path_params["name"], incoming.path_params.get("version"))
-    layout = LAYOUTS[engine.task]
     check_media_type(incoming.content_type)
     header, binary = split_body(incoming.body, incoming.header(HEADER_LENGTH))
     try:
@@ -320,14 +325,16 @@ def decode_infer(incoming: Incoming, registry: ModelRegistry) -> Decoded:
     if not isinstance(binary_default, bool):
         raise BadRequest("parameters.binary_data_output must be true or false")
     given = request_parameters(parameters)
-    call = InferCall(layout, infer.outputs, binary_default, infer.id)
-    return Decoded(task_request(engine, tensors, given.options), engine, call, given.timeout_s)
+    counts = classification_counts({output.name: output.parameters or {} for output in infer.outputs or ()})
+    asked = task_request(engine, tensors, given.options)
+    call = InferCall(engine, asked, infer.outputs, counts, binary_default, infer.id)
+    return Decoded(classified_request(engine, asked, counts), engine, call, given.timeout_s)
 
 
 def infer_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     """The results as output tensors: the requested ones (default all), JSON data or binary after the JSON."""
     call: InferCall = decoded.context
-    tensors = call.layout.tensors(decoded.request, result.results)
+    tensors = output_tensors(call.engine, call.asked, result.results, call.counts)
     outputs, binary_names = binary_outputs(tensors, call.outputs, call.binary_default)
     reply: dict[str, Any] = {"model_name": result.model, "model_version": VERSION}
     if call.id is not None:

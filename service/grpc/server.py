@@ -32,22 +32,25 @@ from service.log_settings import log_settings, update_log_settings
 from service.metrics import log_access
 from service.oip.codec import EXTENSIONS, bytes_elements, shaped
 from service.oip.models import (
+    CLASSIFICATION,
     SERVER_NAME,
     SERVER_VERSION,
     VERSION,
     check_load_parameters,
     check_unload_parameters,
     chosen_outputs,
+    classification_counts,
+    classified_request,
     config_of,
     find_engine,
     is_ready,
     metadata_of,
+    output_tensors,
     request_parameters,
     statistics_of,
     task_request,
 )
 from service.repository import READY
-from service.tasks import LAYOUTS
 from service.tracing import ACCESS_RECORD, RequestRecord
 
 logger = logging.getLogger(__name__)
@@ -95,12 +98,15 @@ def _text(element: bytes, name: str, position: int) -> str:
         raise BadRequest(f"input {name!r}: element {position} is not UTF-8 text") from None
 
 
-def requested_outputs(request: Any) -> list[str] | None:
+def requested_outputs(request: Any) -> tuple[list[str] | None, dict[str, int]]:
+    """The outputs asked for by name (None: all) and their classification counts."""
+    parameters = {}
     for output in request.outputs:
-        unknown = sorted(set(output.parameters) - {"binary_data"})
+        unknown = sorted(set(output.parameters) - {"binary_data", CLASSIFICATION})
         if unknown:
             raise BadRequest(f"output {output.name!r}: unknown parameter {unknown[0]!r}")
-    return [output.name for output in request.outputs] or None
+        parameters[output.name] = {name: parameter_value(value, name) for name, value in output.parameters.items()}
+    return [output.name for output in request.outputs] or None, classification_counts(parameters)
 
 
 def trailing_metadata(error: ServiceError) -> tuple[tuple[str, str], ...]:
@@ -144,7 +150,7 @@ class InferenceServicer:
         tensors = input_tensors(request)
         given = request_parameters({name: parameter_value(value, name) for name, value in request.parameters.items()})
         task = task_request(engine, tensors, given.options)
-        wanted = requested_outputs(request)
+        wanted, counts = requested_outputs(request)
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
             raise RequestTimeout("the call's deadline passed before it started")
@@ -152,11 +158,11 @@ class InferenceServicer:
             remaining = given.timeout_s if remaining is None else min(remaining, given.timeout_s)
         self.core.permits.take()
         try:
-            inference = InferenceRequest.of(task, timeout_s=remaining)
+            inference = InferenceRequest.of(classified_request(engine, task, counts), timeout_s=remaining)
             result = await run_inference(inference, registry, self.core.settings, None, engine)
         finally:
             self.core.permits.give()
-        outputs = chosen_outputs(LAYOUTS[engine.task].tensors(task, result.results), wanted)
+        outputs = chosen_outputs(output_tensors(engine, task, result.results, counts), wanted)
         reply = MESSAGES["ModelInferResponse"](model_name=result.model, model_version=VERSION, id=request.id)
         for output in outputs:
             reply.outputs.add(name=output.name, datatype=output.datatype, shape=list(output.shape))

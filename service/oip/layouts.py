@@ -44,6 +44,17 @@ OutputBuilder = Callable[[Any, list[Any]], list[OutputTensor]]
 
 
 @dataclass(frozen=True)
+class Classification:
+    """Triton's classification extension on a task's outputs: ``output`` (class scores) asked for with
+    ``classification: K`` answers each item's K best classes as BYTES ``"score:index:label"``, best first."""
+
+    output: str
+    widen: Callable[[TaskRequest], TaskRequest]  # the request asking for every class's score
+    narrow: Callable[[TaskRequest, list[Any]], list[Any]]  # every class's results -> what the request asked for
+    classes: Callable[[list[Any]], list[list[tuple[str, float]]]]  # results -> per item (label, score), best first
+
+
+@dataclass(frozen=True)
 class TaskLayout:
     request: type[TaskRequest]  # the v1 request the tensors and parameters fill
     inputs: tuple[TensorSpec, ...]
@@ -51,6 +62,7 @@ class TaskLayout:
     options: tuple[str, ...]  # the v1 request's fields that ``parameters`` may set
     body: BodyBuilder  # input tensors -> the v1 request's input fields
     tensors: OutputBuilder  # (v1 request, its results) -> output tensors
+    classification: Classification | None = None  # which output Triton's classification ranks, if any
 
     @property
     def output_names(self) -> tuple[str, ...]:

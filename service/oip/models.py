@@ -1,7 +1,7 @@
 """What both Open Inference Protocol transports (REST ``service.api.v2``, gRPC ``service.grpc``) say of the served
 models: the server's name and version, each model's one version, its metadata, configuration, statistics and
-readiness, the task request its input tensors and parameters make, the outputs a request asks for, and the
-repository's load and unload parameters. No FastAPI,
+readiness, the task request its input tensors and parameters make, the outputs a request asks for (Triton's
+classification of class scores among them), and the repository's load and unload parameters. No FastAPI,
 no gRPC: each transport shapes these for its wire."""
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ PLATFORM = "onnxruntime_onnx"
 UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
 RESERVED_PREFIX = "triton_"  # request parameters Triton keeps for itself
 TIMEOUT, PRIORITY = "timeout", "priority"  # Triton's request parameters (tritonclient's infer(timeout=, priority=))
+CLASSIFICATION = "classification"  # an output's parameter: its K best classes (tritonclient's class_count)
 
 
 def find_engine(registry: ModelRegistry, name: str, version: str | None = None) -> Engine:
@@ -145,6 +146,51 @@ def chosen_outputs(outputs: Sequence[OutputTensor], names: Sequence[str] | None)
     if unknown:
         raise BadRequest(f"unknown output {unknown[0]!r}; this model gives: {', '.join(by_name)}")
     return [by_name[name] for name in names]
+
+
+def classification_counts(parameters: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Each requested output's ``classification`` count (Triton's classification extension: its K best classes),
+    from the outputs' parameters by name; BadRequest for a count that is not a positive whole number."""
+    counts = {}
+    for name, given in parameters.items():
+        count = given.get(CLASSIFICATION)
+        if count is None:
+            continue
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise BadRequest(f"output {name!r}: classification is a class count, a whole number from 1")
+        counts[name] = count
+    return counts
+
+
+def classified_request(engine: Engine, request: TaskRequest, counts: Mapping[str, int]) -> TaskRequest:
+    """The request to run: ``request`` itself, or, when outputs are to be classified, the one asking for every
+    class's score; BadRequest where the task or the output has no classes to rank."""
+    if not counts:
+        return request
+    ranking = LAYOUTS[engine.task].classification
+    if ranking is None:
+        raise BadRequest(f"classification ranks class scores: a {engine.task} model's outputs have none")
+    wrong = sorted(set(counts) - {ranking.output})
+    if wrong:
+        raise BadRequest(f"output {wrong[0]!r} cannot be classified: classification ranks {ranking.output!r}")
+    return ranking.widen(request)
+
+
+def output_tensors(engine: Engine, request: TaskRequest, results: list[Any], counts: Mapping[str, int]) -> list[Any]:
+    """The task's output tensors for ``request`` (as asked) from ``results`` (of ``classified_request``), the
+    classified output as Triton gives it: BYTES (items, K) of ``"score:index:label"``, K at most the classes."""
+    layout = LAYOUTS[engine.task]
+    ranking = layout.classification
+    if not counts or ranking is None:
+        return layout.tensors(request, results)
+    ids = {label: index for index, label in engine.bundle.spec.id2label.items()}
+    ranked = [row[: counts[ranking.output]] for row in ranking.classes(results)]
+    strings = [
+        f"{score:f}:{ids.get(label, label.removeprefix('LABEL_'))}:{label}" for row in ranked for label, score in row
+    ]
+    classified = OutputTensor(ranking.output, "BYTES", (len(ranked), len(ranked[0]) if ranked else 0), strings)
+    plain = layout.tensors(request, ranking.narrow(request, results))
+    return [classified if output.name == ranking.output else output for output in plain]
 
 
 def check_load_parameters(parameters: Mapping[str, Any]) -> None:

@@ -202,6 +202,19 @@ def oip_classification_tensors(request: Any, results: list[Any]) -> list[OutputT
     return oip.labels_and_scores(rows, [[item["score"] for item in result] for result in results])
 
 
+def asked_labels(request: Any, results: list[Any]) -> list[Any]:
+    """Every label's results (best first, ``top_k`` null) cut to the ``top_k`` the request asked for."""
+    return results if request.top_k is None else [result[: request.top_k] for result in results]
+
+
+# Triton's classification of ``score`` (tritonclient's class_count): every label scored, the best K as strings
+CLASSIFICATION = oip.Classification(
+    "score",
+    widen=lambda request: request.model_copy(update={"top_k": None}),
+    narrow=asked_labels,
+    classes=lambda results: [[(item["label"], item["score"]) for item in result] for result in results],
+)
+
 OIP = oip.TaskLayout(
     TextClassificationRequest,
     inputs=(oip.TEXT, oip.TensorSpec("text_pair", "BYTES", required=False)),
@@ -209,6 +222,7 @@ OIP = oip.TaskLayout(
     options=("top_k", "function_to_apply"),
     body=oip_classification_body,
     tensors=oip_classification_tensors,
+    classification=CLASSIFICATION,
 )
 
 
