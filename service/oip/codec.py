@@ -20,7 +20,15 @@ from service.errors import BadRequest
 from service.schemas.v2 import V2InferRequest
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-EXTENSIONS = ("binary_tensor_data", "model_repository", "statistics", "model_configuration", "logging", "trace")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "classification",
+    "model_repository",
+    "statistics",
+    "model_configuration",
+    "logging",
+    "trace",
+)
 NUMERIC_DTYPES: dict[str, np.dtype[Any]] = {"FP32": np.dtype("<f4"), "INT64": np.dtype("<i8")}
 LENGTH = struct.Struct("<I")
 

@@ -126,7 +126,7 @@ def test_a_models_settings_overlay_the_global_ones_and_clear_over_both_clients(s
     http, grpc = served.http, served.grpc
     assert http.get_trace_settings() == DEFAULTS == http.get_trace_settings(model_name="sst")
     assert grpc_view(served) == as_grpc(DEFAULTS) == grpc_view(served, "sst")
-    assert "trace" in http.get_server_metadata()["extensions"]
+    assert {"trace", "classification"} <= set(http.get_server_metadata()["extensions"])
 
     assert http.update_trace_settings(model_name="sst", settings={"trace_rate": "3"}) == {**DEFAULTS, "trace_rate": "3"}
     assert http.get_trace_settings() == DEFAULTS
