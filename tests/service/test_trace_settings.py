@@ -1,12 +1,11 @@
 """Triton's trace extension through tritonclient's ``get_trace_settings`` / ``update_trace_settings`` (REST and gRPC)
 against a real server whose spans go over OTLP to a real receiver in the test: the settings overlay, follow and
 clear as Triton's do, what is not served is refused with nothing changed, and the settings choose which requests
-are traced (rate, a model's level, count), read off the spans the receiver gets. Without tracing configured the
-level is OFF and turning it on says what to set."""
+are traced (rate, a model's level, count), read off the spans the receiver gets. Without tracing configured
+(``test_tracing.py``) the level is OFF and turning it on says what to set."""
 
 from __future__ import annotations
 
-import asyncio
 import queue
 import time
 from collections.abc import Iterator
@@ -23,8 +22,7 @@ grpcclient = pytest.importorskip("tritonclient.grpc")
 import tritonclient.http as httpclient  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-from service.settings import Settings  # noqa: E402
-from tests.service.apptools import free_port, real_server_for, serving  # noqa: E402
+from tests.service.apptools import free_port, real_server_for  # noqa: E402
 from tests.service.otlp_receiver import Receiver, attributes, receiving  # noqa: E402
 from tests.service.tiny_models import TinyModel  # noqa: E402
 
@@ -220,22 +218,3 @@ def test_each_request_on_a_stream_gets_its_span_and_follows_its_models_settings(
     served.http.update_trace_settings(model_name="sst", settings={"trace_level": ["OFF"]})
     assert served.traced([served.stream(2)]) == []
     served.reset()
-
-
-def test_without_tracing_the_level_is_off_and_turning_it_on_says_what_to_set(
-    text_classification_model: TinyModel, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER"):
-        monkeypatch.delenv(name, raising=False)
-    settings = Settings(models=[f"sst={text_classification_model.bundle}"], intra_op_threads=1)  # type: ignore[call-arg]
-
-    async def main() -> None:
-        async with serving(settings) as (_, client):
-            assert (await client.get("/v2/trace/setting")).json() == {**DEFAULTS, "trace_level": ["OFF"]}
-            refused = await client.post("/v2/models/sst/trace/setting", json={"trace_level": ["TIMESTAMPS"]})
-            assert refused.status_code == 400 and "OTEL_EXPORTER_OTLP_ENDPOINT" in refused.json()["error"]
-            changed = await client.post("/v2/trace/setting", json={"trace_rate": "5"})
-            assert changed.status_code == 200 and changed.json()["trace_rate"] == "5"
-            assert (await client.post("/v2/trace/setting", content=b"[1]")).status_code == 400
-
-    asyncio.run(main())

@@ -95,7 +95,7 @@ def test_http_and_grpc_requests_continue_the_callers_trace_with_a_span_per_stage
         assert attributes(server)["rpc.system"] == "grpc" and attributes(server)["rpc.grpc.status_code"] == 0
 
 
-def test_without_otel_settings_nothing_is_configured(
+def test_without_otel_settings_nothing_is_configured_and_the_trace_level_is_off(
     text_classification_model: TinyModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import asyncio
@@ -109,6 +109,14 @@ def test_without_otel_settings_nothing_is_configured(
             assert app.state.core.tracing is None
             answer = await client.post("/v1/text-classification", json={"inputs": "fine"})
             assert answer.status_code == 200
+            # Triton's trace settings: the level is OFF, and turning it on says what to set; the rest may change
+            trace_settings = (await client.get("/v2/trace/setting")).json()
+            assert trace_settings["trace_level"] == ["OFF"] and trace_settings["trace_mode"] == "opentelemetry"
+            refused = await client.post("/v2/models/sst/trace/setting", json={"trace_level": ["TIMESTAMPS"]})
+            assert refused.status_code == 400 and "OTEL_EXPORTER_OTLP_ENDPOINT" in refused.json()["error"]
+            changed = await client.post("/v2/trace/setting", json={"trace_rate": "5"})
+            assert changed.status_code == 200 and changed.json()["trace_rate"] == "5"
+            assert (await client.post("/v2/trace/setting", content=b"[1]")).status_code == 400
 
     asyncio.run(main())
 
