@@ -4,14 +4,17 @@ short deadline, is answered 200, 429 (with Retry-After) or 413, never 504 after 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import pytest
+from tokenizers import Tokenizer
 
 from service.errors import Overloaded, PayloadTooLarge
-from service.prepare_stage import PrepareLedger, TokenYield, ledger_of, run_admitted
+from service.prepare_stage import SEED_MARGIN, PrepareLedger, TokenYield, ledger_of, run_admitted, seed_rate
 from service.settings import Settings
 from tests.service.apptools import free_port, real_server
 from tests.service.tiny_models import TinyModel
@@ -141,3 +144,33 @@ def test_work_cancelled_before_it_starts_leaves_the_ledger() -> None:
 
     asyncio.run(main())
     executor.shutdown()
+
+
+class FirstLongEncodingStalls:
+    """A model's own tokenizer whose first long encoding stalls (a start-up's thread descheduled on busy cores)."""
+
+    def __init__(self, tokenizer: Tokenizer, stall_s: float) -> None:
+        self.tokenizer, self.stall_s, self.stalled = tokenizer, stall_s, False
+
+    def get_vocab(self) -> dict[str, int]:
+        return self.tokenizer.get_vocab()
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> Any:
+        if len(text) > 1000 and not self.stalled:
+            self.stalled = True
+            time.sleep(self.stall_s)
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+
+def test_the_seeded_rate_is_the_fastest_of_its_timings(tiny_models: dict[str, TinyModel]) -> None:
+    """One stalled timing does not become the start-up rate: a 0.3 s stall on ~10 KB alone would make it at least
+    30 us a character (a megabyte read as 60 s of tokenizing)."""
+    tokenizer = Tokenizer.from_file(str(tiny_models["question-answering"].bundle / "tokenizer.json"))
+    steady, stalled = PrepareLedger(threads=1), PrepareLedger(threads=1)
+    seed_rate(steady, tokenizer)
+    stalling = FirstLongEncodingStalls(tokenizer, stall_s=0.3)
+    seed_rate(stalled, stalling)  # type: ignore[arg-type]
+    assert stalling.stalled
+    assert steady.seconds_per_char is not None and stalled.seconds_per_char is not None
+    assert stalled.seconds_per_char < SEED_MARGIN * 0.3 / 20_000
+    assert stalled.seconds_per_char < 10 * steady.seconds_per_char
