@@ -2,12 +2,11 @@
 (each task's own is its unit's: ``service.tasks.LAYOUTS``). No FastAPI."""
 
 from service.oip.codec import EXTENSIONS, HEADER_LENGTH, OutputTensor, decode_inputs, encode_response, split_body
-from service.oip.layouts import Classification, TaskLayout, TensorSpec
+from service.oip.layouts import TaskLayout, TensorSpec
 
 __all__ = [
     "EXTENSIONS",
     "HEADER_LENGTH",
-    "Classification",
     "OutputTensor",
     "TaskLayout",
     "TensorSpec",
