@@ -37,6 +37,7 @@ from service.device import resolve_device
 from service.engine import Engine
 from service.errors import BadRequest, ClientClosedRequest, ModelNotFound, Overloaded, PayloadTooLarge
 from service.metrics import ServiceMetrics
+from service.oip.shared_memory import SharedMemoryRegions
 from service.repository import ModelRepository
 from service.sessions import release_free_memory
 from service.settings import Settings
@@ -269,6 +270,8 @@ class ServiceCore:
         self.tracing = configure_tracing()  # None unless OTEL_* asks for traces and the SDK is installed
         # Triton's trace extension reads and changes these: OFF for good without a tracer
         self.trace_settings = self.tracing.settings if self.tracing is not None else TraceSettings(enabled=False)
+        # Triton's system shared memory regions (both transports read inputs from and write outputs to them)
+        self.shared_memory = SharedMemoryRegions(settings.allow_client_shm, settings.max_body_bytes)
         self._engines = dict(engines) if engines is not None else None
         self._broken = dict(broken or {})
         self._tasks: list[asyncio.Task[None]] = []
@@ -318,6 +321,7 @@ class ServiceCore:
             if not task.done():
                 task.cancel()
         await self.registry.stop_all(drain=drain)
+        self.shared_memory.close()
         self.executor.shutdown(wait=False)
         if self.tracing is not None:
             await asyncio.to_thread(self.tracing.shutdown)

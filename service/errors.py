@@ -79,11 +79,23 @@ class ResourceNotFound(ServiceError):
     description = "No file or batch by that id (for this API key)."
 
 
+class RegionNotFound(ServiceError):
+    """A shared memory region that is not registered (Triton's shared memory extension)."""
+
+    status_code = 404
+    grpc_code = "NOT_FOUND"
+    error_type = "region_not_found"
+    description = "No shared memory region registered by that name."
+
+
 class Conflict(ServiceError):
     status_code = 409
     grpc_code = "FAILED_PRECONDITION"
     error_type = "conflict"
-    description = "The file or batch is in a state that does not allow this (a finished batch cannot be cancelled)."
+    description = (
+        "The file, batch or region is in a state that does not allow this (a finished batch cannot be cancelled, a "
+        "registered shared memory region's name cannot be registered again)."
+    )
 
 
 class MethodNotAllowed(ServiceError):

@@ -275,6 +275,12 @@ class Settings(BaseSettings):
         "but health (and metrics, unless protect_metrics) needs 'Authorization: Bearer KEY'.",
     )
     protect_metrics: bool = Field(default=False, description="With api_keys set, /metrics needs a key too.")
+    allow_client_shm: bool = Field(
+        default=False,
+        description="Let clients register system shared memory regions (Triton's shared memory extension, as its "
+        "--allow-client-shm): tensors read from and written to /dev/shm objects on this host. Off: a client that may "
+        "register one may have the server read and write any shared memory object its user can open.",
+    )
     default_model: str | None = Field(
         default=None,
         description="The model a request that names none goes to when several are served and it serves the "

@@ -39,6 +39,7 @@ from service.schemas.common import TaskRequest
 
 if TYPE_CHECKING:
     from service.engine import Engine
+    from service.oip.shared_memory import SharedMemoryRegions
 
 
 async def send_body(
@@ -119,6 +120,7 @@ class Incoming:
     content_type: str | None
     headers: list[tuple[bytes, bytes]]
     path_params: dict[str, str]
+    shared_memory: SharedMemoryRegions | None = None  # the server's registered regions (OIP tensors may lie there)
 
     def header(self, name: str) -> str | None:
         return header(self.headers, name.lower().encode())
@@ -254,6 +256,7 @@ def decode(
     """The request in the task's terms: its JSON body validated as the route's model, or the route's decoder's."""
     content_type = header(scope["headers"], b"content-type")
     if route.decode is not None:
-        return route.decode(Incoming(body, content_type, scope["headers"], path_params), registry)
+        regions = scope["app"].state.core.shared_memory
+        return route.decode(Incoming(body, content_type, scope["headers"], path_params, regions), registry)
     assert route.body is not None
     return Decoded(validated_json_body(route.body, body, content_type))

@@ -43,6 +43,7 @@ from service.oip.models import (
     statistics_of,
     task_request,
 )
+from service.oip.shared_memory import Placement, SharedMemoryRegions, output_placements, place_outputs
 from service.schemas.common import TaskRequest
 from service.schemas.v2 import (
     V2Error,
@@ -308,6 +309,8 @@ class InferCall:
     counts: dict[str, int]
     binary_default: bool
     id: str | None
+    placements: dict[str, Placement]  # outputs to write to shared memory, by name
+    regions: SharedMemoryRegions | None
 
 
 def decode_infer(incoming: Incoming, registry: ModelRegistry) -> Decoded:
@@ -319,15 +322,18 @@ def decode_infer(incoming: Incoming, registry: ModelRegistry) -> Decoded:
         infer = V2InferRequest.model_validate(parse_json(header))
     except ValidationError as exc:
         raise invalid_value(exc, incoming.content_type) from None
-    tensors = decode_inputs(infer, binary)
+    regions = incoming.shared_memory
+    tensors = decode_inputs(infer, binary, regions.read if regions is not None else None)
     parameters = dict(infer.parameters or {})
     binary_default = parameters.pop("binary_data_output", False)
     if not isinstance(binary_default, bool):
         raise BadRequest("parameters.binary_data_output must be true or false")
     given = request_parameters(parameters)
-    counts = classification_counts({output.name: output.parameters or {} for output in infer.outputs or ()})
+    output_parameters = {output.name: output.parameters or {} for output in infer.outputs or ()}
+    counts = classification_counts(output_parameters)
+    placements = output_placements(output_parameters, regions) if regions is not None else {}
     asked = task_request(engine, tensors, given.options)
-    call = InferCall(engine, asked, infer.outputs, counts, binary_default, infer.id)
+    call = InferCall(engine, asked, infer.outputs, counts, binary_default, infer.id, placements, regions)
     return Decoded(classified_request(engine, asked, counts), engine, call, given.timeout_s)
 
 
@@ -339,7 +345,10 @@ def infer_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     reply: dict[str, Any] = {"model_name": result.model, "model_version": VERSION}
     if call.id is not None:
         reply["id"] = call.id
-    content, header_length = encode_response(reply, outputs, binary_names)
+    placed = place_outputs(outputs, call.placements, call.regions) if call.placements and call.regions else None
+    if placed:
+        binary_names -= placed.keys()
+    content, header_length = encode_response(reply, outputs, binary_names, placed)
     if not binary_names:
         return Reply(content)
     return Reply(content, "application/octet-stream", {HEADER_LENGTH: str(header_length)})

@@ -50,11 +50,24 @@ from service.oip.models import (
     statistics_of,
     task_request,
 )
+from service.oip.shared_memory import (
+    BYTE_SIZE,
+    NO_CUDA,
+    OFFSET,
+    PARAMETERS,
+    REGION,
+    SharedMemoryRegions,
+    cuda_status,
+    output_placements,
+    place_outputs,
+    placement_of,
+)
 from service.repository import READY
 from service.tracing import ACCESS_RECORD, RequestRecord
 
 logger = logging.getLogger(__name__)
 OPEN_METHODS = frozenset({"ServerLive", "ServerReady"})  # health probes: no API key, as /v2/health
+OUTPUT_PARAMETERS = frozenset({"binary_data", CLASSIFICATION, *PARAMETERS})
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]  # (request, context) -> reply
 
 
@@ -66,21 +79,30 @@ def parameter_value(parameter: Any, name: str) -> Any:
     return getattr(parameter, choice)
 
 
-def input_tensors(request: Any) -> dict[str, list[str]]:
-    """Each input's elements by name, row-major: BYTES from ``raw_input_contents`` or ``contents.bytes_contents``."""
+def input_tensors(request: Any, regions: SharedMemoryRegions) -> dict[str, list[str]]:
+    """Each input's elements by name, row-major: BYTES from ``raw_input_contents`` (one for each input not in shared
+    memory, in order, as Triton reads them), ``contents.bytes_contents`` or a shared memory region."""
     raw = request.raw_input_contents
-    if raw and len(raw) != len(request.inputs):
-        raise BadRequest(f"{len(raw)} raw_input_contents for {len(request.inputs)} inputs: give one per input")
     tensors: dict[str, list[str]] = {}
-    for index, tensor in enumerate(request.inputs):
+    placements = [placement_of(tensor_parameters(tensor), tensor.name) for tensor in request.inputs]
+    if raw and len(raw) != placements.count(None):
+        raise BadRequest(f"{len(raw)} raw_input_contents for {placements.count(None)} inputs not in shared memory: "
+                         "give one for each")  # fmt: skip
+    index = 0
+    for tensor, where in zip(request.inputs, placements, strict=True):
         if tensor.name in tensors:
             raise BadRequest(f"input {tensor.name!r} is given twice")
         if tensor.datatype != "BYTES":
             raise BadRequest(f"input {tensor.name!r} is {tensor.datatype}; every input is text, datatype BYTES")
-        if raw:
+        if where is not None:
+            if tensor.HasField("contents"):
+                raise BadRequest(f"input {tensor.name!r} has contents beside shared_memory_region: give one of them")
+            values = bytes_elements(regions.read(where, tensor.name), tensor.name)
+        elif raw:
             if tensor.HasField("contents"):
                 raise BadRequest(f"input {tensor.name!r} has contents beside raw_input_contents: give one of them")
             values = bytes_elements(raw[index], tensor.name)
+            index += 1
         elif tensor.HasField("contents"):
             values = [
                 _text(element, tensor.name, position) for position, element in enumerate(tensor.contents.bytes_contents)
@@ -91,6 +113,10 @@ def input_tensors(request: Any) -> dict[str, list[str]]:
     return tensors
 
 
+def tensor_parameters(tensor: Any) -> dict[str, Any]:
+    return {name: parameter_value(value, name) for name, value in tensor.parameters.items()}
+
+
 def _text(element: bytes, name: str, position: int) -> str:
     try:
         return element.decode()
@@ -98,15 +124,15 @@ def _text(element: bytes, name: str, position: int) -> str:
         raise BadRequest(f"input {name!r}: element {position} is not UTF-8 text") from None
 
 
-def requested_outputs(request: Any) -> tuple[list[str] | None, dict[str, int]]:
-    """The outputs asked for by name (None: all) and their classification counts."""
+def requested_outputs(request: Any) -> tuple[list[str] | None, dict[str, dict[str, Any]]]:
+    """The outputs asked for by name (None: all) and their parameters by name."""
     parameters = {}
     for output in request.outputs:
-        unknown = sorted(set(output.parameters) - {"binary_data", CLASSIFICATION})
+        unknown = sorted(set(output.parameters) - OUTPUT_PARAMETERS)
         if unknown:
             raise BadRequest(f"output {output.name!r}: unknown parameter {unknown[0]!r}")
-        parameters[output.name] = {name: parameter_value(value, name) for name, value in output.parameters.items()}
-    return [output.name for output in request.outputs] or None, classification_counts(parameters)
+        parameters[output.name] = tensor_parameters(output)
+    return [output.name for output in request.outputs] or None, parameters
 
 
 def trailing_metadata(error: ServiceError) -> tuple[tuple[str, str], ...]:
@@ -147,10 +173,13 @@ class InferenceServicer:
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         registry = self.core.registry
         engine = find_engine(registry, request.model_name, request.model_version or None)
-        tensors = input_tensors(request)
+        regions = self.core.shared_memory
+        tensors = input_tensors(request, regions)
         given = request_parameters({name: parameter_value(value, name) for name, value in request.parameters.items()})
         task = task_request(engine, tensors, given.options)
-        wanted, counts = requested_outputs(request)
+        wanted, output_parameters = requested_outputs(request)
+        counts = classification_counts(output_parameters)
+        placements = output_placements(output_parameters, regions)
         remaining = context.time_remaining()
         if remaining is not None and remaining <= 0:
             raise RequestTimeout("the call's deadline passed before it started")
@@ -163,10 +192,18 @@ class InferenceServicer:
         finally:
             self.core.permits.give()
         outputs = chosen_outputs(output_tensors(engine, task, result.results, counts), wanted)
+        placed = place_outputs(outputs, placements, regions) if placements else {}
         reply = MESSAGES["ModelInferResponse"](model_name=result.model, model_version=VERSION, id=request.id)
         for output in outputs:
-            reply.outputs.add(name=output.name, datatype=output.datatype, shape=list(output.shape))
-            reply.raw_output_contents.append(output.binary_data())
+            tensor = reply.outputs.add(name=output.name, datatype=output.datatype, shape=list(output.shape))
+            where = placed.get(output.name)
+            if where is None:
+                reply.raw_output_contents.append(output.binary_data())
+                continue
+            tensor.parameters[REGION].string_param = where[REGION]
+            for name in (OFFSET, BYTE_SIZE):
+                tensor.parameters[name].int64_param = where[name]
+            reply.raw_output_contents.append(b"")  # one for every output, as Triton answers: indices stay aligned
         return reply
 
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
@@ -204,6 +241,30 @@ class InferenceServicer:
         for name, value in now.items():
             reply.settings[name].value.extend(value if isinstance(value, list) else [value])
         return reply
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        reply = MESSAGES["SystemSharedMemoryStatusResponse"]()
+        for region in self.core.shared_memory.status(request.name):
+            reply.regions[region["name"]].CopyFrom(reply.RegionStatus(**region))
+        return reply
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        self.core.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+        return MESSAGES["SystemSharedMemoryRegisterResponse"]()
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        self.core.shared_memory.unregister(request.name)
+        return MESSAGES["SystemSharedMemoryUnregisterResponse"]()
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        cuda_status(request.name)
+        return MESSAGES["CudaSharedMemoryStatusResponse"]()
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        raise BadRequest(NO_CUDA)
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return MESSAGES["CudaSharedMemoryUnregisterResponse"]()  # none is registered: nothing to do, as Triton
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         reply = MESSAGES["RepositoryIndexResponse"]()

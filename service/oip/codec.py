@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +17,14 @@ import numpy as np
 
 from service.api.bodies import encode_json
 from service.errors import BadRequest
+from service.oip.shared_memory import Placement, placement_of
 from service.schemas.v2 import V2InferRequest
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 EXTENSIONS = (
     "binary_tensor_data",
     "classification",
+    "system_shared_memory",
     "model_repository",
     "statistics",
     "model_configuration",
@@ -31,6 +33,7 @@ EXTENSIONS = (
 )
 NUMERIC_DTYPES: dict[str, np.dtype[Any]] = {"FP32": np.dtype("<f4"), "INT64": np.dtype("<i8")}
 LENGTH = struct.Struct("<I")
+SharedReader = Callable[[Placement, str], bytes]  # (where, input name) -> the input's bytes in shared memory
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,10 @@ def split_body(body: bytes, header_length: str | None) -> tuple[bytes, bytes]:
     return body[:length], body[length:]
 
 
-def decode_inputs(request: V2InferRequest, binary: bytes) -> dict[str, list[str]]:
-    """Each input's elements, in row-major order, by name. Every input the service takes is text: BYTES."""
+def decode_inputs(request: V2InferRequest, binary: bytes, shared: SharedReader | None = None) -> dict[str, list[str]]:
+    """Each input's elements, in row-major order, by name. Every input the service takes is text: BYTES. An input's
+    data is JSON ``data``, binary data after the JSON, or in shared memory (``shared`` reads it: Triton's system
+    shared memory extension), one of the three."""
     tensors: dict[str, list[str]] = {}
     offset = 0
     for tensor in request.inputs:
@@ -72,11 +77,23 @@ def decode_inputs(request: V2InferRequest, binary: bytes) -> dict[str, list[str]
             raise BadRequest(f"input {tensor.name!r} is given twice")
         if tensor.datatype != "BYTES":
             raise BadRequest(f"input {tensor.name!r} is {tensor.datatype}; every input is text, datatype BYTES")
-        size = (tensor.parameters or {}).get("binary_data_size")
-        if size is None:
-            if tensor.data is None:
-                raise BadRequest(f"input {tensor.name!r} has neither data nor parameters.binary_data_size")
-            values = _json_strings(tensor.data, tensor.name)
+        parameters = tensor.parameters or {}
+        size = parameters.get("binary_data_size")
+        where = placement_of(parameters, tensor.name)
+        sources = [name for name, given in (("data", tensor.data is not None), ("binary_data_size", size is not None),
+                                            ("shared_memory_region", where is not None)) if given]  # fmt: skip
+        if len(sources) != 1:
+            found = " and ".join(sources) if sources else "no data"
+            raise BadRequest(
+                f"input {tensor.name!r} has {found}: give one of data, parameters.binary_data_size, "
+                "parameters.shared_memory_region"
+            )
+        if where is not None:
+            if shared is None:
+                raise BadRequest(f"input {tensor.name!r}: shared memory is not read on this route")
+            values = bytes_elements(shared(where, tensor.name), tensor.name)
+        elif size is None:
+            values = _json_strings(tensor.data or [], tensor.name)
         else:
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 raise BadRequest(f"input {tensor.name!r}: binary_data_size must be a byte count, not {size!r}")
@@ -135,16 +152,24 @@ def bytes_elements(chunk: bytes, name: str) -> list[str]:
     return values
 
 
-def encode_response(header: dict[str, Any], outputs: Sequence[OutputTensor], binary: set[str]) -> tuple[bytes, int]:
+def encode_response(
+    header: dict[str, Any],
+    outputs: Sequence[OutputTensor],
+    binary: set[str],
+    placed: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[bytes, int]:
     """The response body (JSON, then the binary outputs' bytes) and the JSON's length.
 
-    Outputs named in ``binary`` carry ``parameters.binary_data_size``; the others carry ``data``.
+    Outputs named in ``binary`` carry ``parameters.binary_data_size``, those in ``placed`` (written to shared
+    memory) their parameters there and no data; the others carry ``data``.
     """
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     for output in outputs:
         entry: dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": list(output.shape)}
-        if output.name in binary:
+        if placed and output.name in placed:
+            entry["parameters"] = dict(placed[output.name])
+        elif output.name in binary:
             blob = output.binary_data()
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)

@@ -182,6 +182,32 @@ class V2RepositoryModelRequest(BaseModel):
     parameters: dict[str, Any] | None = Field(None, description="unload_dependents, a boolean (unload only).")
 
 
+class V2SharedMemoryRegion(BaseModel):
+    name: str
+    key: str = Field(description="The shared memory object's key (its name in /dev/shm).")
+    offset: int = Field(description="Where the region starts in the object, in bytes.")
+    byte_size: int = Field(description="The region's size in bytes.")
+
+
+class V2SharedMemoryStatus(RootModel[list[V2SharedMemoryRegion]]):
+    """The registered system shared memory regions (every one, or the one named)."""
+
+
+class V2SharedMemoryRegisterRequest(BaseModel):
+    """``POST /v2/systemsharedmemory/region/{name}/register``'s body, as tritonclient's
+    ``register_system_shared_memory`` sends it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    key: str = Field(description="The shared memory object's key, such as '/input_data' (an object in /dev/shm).")
+    offset: int = Field(0, ge=0, description="Where the region starts in the object, in bytes.")
+    byte_size: int = Field(ge=1, description="The region's size in bytes.")
+
+
+class V2CudaSharedMemoryStatus(RootModel[list[dict[str, Any]]]):
+    """The registered CUDA shared memory regions: none (this server reads tensors from system memory)."""
+
+
 class V2Duration(BaseModel):
     count: int = Field(description="How many.")
     ns: int = Field(description="Their total time, in nanoseconds.")

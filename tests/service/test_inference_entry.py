@@ -257,13 +257,16 @@ def test_the_openapi_document_declares_every_inference_route(client: TestClient)
     spec = client.get("/openapi.json").json()
     posted = {path for path, operations in spec["paths"].items() if "post" in operations}
     # TEI's /tokenize and /decode and Cohere's /v1/tokenize and /v1/detokenize run no model, nor do the model
-    # repository's, the log and trace settings' and the Batch API's routes (a batch's lines run later, in the batch
-    # runner): FastAPI serves them
+    # repository's, the log and trace settings', the shared memory regions' and the Batch API's routes (a batch's
+    # lines run later, in the batch runner): FastAPI serves them
     repository = {"/v2/repository/index", "/v2/repository/models/{name}/load", "/v2/repository/models/{name}/unload"}
     batch = {"/v1/files", "/v1/batches", "/v1/batches/{batch_id}/cancel"}
     tokenizers = {"/tokenize", "/decode", "/v1/tokenize", "/v1/detokenize"}
     settings = {"/v2/logging", "/v2/trace/setting", "/v2/models/{name}/trace/setting"}
-    assert posted == {route.path for route in INFERENCE_ROUTES} | tokenizers | repository | batch | settings
+    regions = {f"/v2/{kind}sharedmemory{region}/{action}" for kind in ("system", "cuda")
+               for region in ("", "/region/{name}") for action in ("register", "unregister")} - {
+        "/v2/systemsharedmemory/register", "/v2/cudasharedmemory/register"}  # fmt: skip
+    assert posted == {route.path for route in INFERENCE_ROUTES} | tokenizers | repository | batch | settings | regions
     for route in INFERENCE_ROUTES:
         operation = spec["paths"][route.path]["post"]
         assert operation["summary"] == route.operation.replace("_", " ").title()
