@@ -345,9 +345,8 @@ def infer_answer(decoded: Decoded, result: InferenceResult) -> Reply:
     reply: dict[str, Any] = {"model_name": result.model, "model_version": VERSION}
     if call.id is not None:
         reply["id"] = call.id
-    placed = place_outputs(outputs, call.placements, call.regions) if call.placements and call.regions else None
-    if placed:
-        binary_names -= placed.keys()
+    placed = place_outputs(outputs, call.placements, call.regions) if call.placements and call.regions else set()
+    binary_names -= placed
     content, header_length = encode_response(reply, outputs, binary_names, placed)
     if not binary_names:
         return Reply(content)

@@ -51,11 +51,8 @@ from service.oip.models import (
     task_request,
 )
 from service.oip.shared_memory import (
-    BYTE_SIZE,
     NO_CUDA,
-    OFFSET,
     PARAMETERS,
-    REGION,
     SharedMemoryRegions,
     cuda_status,
     output_placements,
@@ -192,18 +189,12 @@ class InferenceServicer:
         finally:
             self.core.permits.give()
         outputs = chosen_outputs(output_tensors(engine, task, result.results, counts), wanted)
-        placed = place_outputs(outputs, placements, regions) if placements else {}
+        placed = place_outputs(outputs, placements, regions) if placements else set()
         reply = MESSAGES["ModelInferResponse"](model_name=result.model, model_version=VERSION, id=request.id)
         for output in outputs:
-            tensor = reply.outputs.add(name=output.name, datatype=output.datatype, shape=list(output.shape))
-            where = placed.get(output.name)
-            if where is None:
-                reply.raw_output_contents.append(output.binary_data())
-                continue
-            tensor.parameters[REGION].string_param = where[REGION]
-            for name in (OFFSET, BYTE_SIZE):
-                tensor.parameters[name].int64_param = where[name]
-            reply.raw_output_contents.append(b"")  # one for every output, as Triton answers: indices stay aligned
+            reply.outputs.add(name=output.name, datatype=output.datatype, shape=list(output.shape))
+            # one raw entry for every output, empty for one in shared memory, as Triton answers: indices stay aligned
+            reply.raw_output_contents.append(b"" if output.name in placed else output.binary_data())
         return reply
 
     async def ModelStatistics(self, request: Any, context: Any) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,20 +156,21 @@ def encode_response(
     header: dict[str, Any],
     outputs: Sequence[OutputTensor],
     binary: set[str],
-    placed: Mapping[str, Mapping[str, Any]] | None = None,
+    placed: Set[str] = frozenset(),
 ) -> tuple[bytes, int]:
     """The response body (JSON, then the binary outputs' bytes) and the JSON's length.
 
     Outputs named in ``binary`` carry ``parameters.binary_data_size``, those in ``placed`` (written to shared
-    memory) their parameters there and no data; the others carry ``data``.
+    memory) nothing more than their name, datatype and shape (as Triton answers); the others carry ``data``.
     """
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     for output in outputs:
         entry: dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": list(output.shape)}
-        if placed and output.name in placed:
-            entry["parameters"] = dict(placed[output.name])
-        elif output.name in binary:
+        if output.name in placed:
+            entries.append(entry)
+            continue
+        if output.name in binary:
             blob = output.binary_data()
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)

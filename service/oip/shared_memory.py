@@ -179,8 +179,8 @@ class SharedMemoryRegions:
         with self._lock:
             self._find(where.region).span(where)
 
-    def write(self, where: Placement, data: bytes, tensor: str) -> int:
-        """Write an output tensor's bytes from the placement's offset; their count. BadRequest when they do not fit."""
+    def write(self, where: Placement, data: bytes, tensor: str) -> None:
+        """Write an output tensor's bytes from the placement's offset; BadRequest when they do not fit."""
         if len(data) > where.byte_size:
             raise BadRequest(f"output {tensor!r} needs {len(data)} bytes; its shared memory "
                              f"({where.byte_size} bytes) is too small")  # fmt: skip
@@ -188,7 +188,6 @@ class SharedMemoryRegions:
             region = self._find(where.region)
             span = region.span(where)
             region.mapped[span.start : span.start + len(data)] = data
-        return len(data)
 
     def _find(self, name: str) -> Region:
         region = self._regions.get(name)
@@ -226,17 +225,14 @@ def output_placements(
 
 def place_outputs(
     outputs: Sequence[OutputTensor], placements: Mapping[str, Placement], regions: SharedMemoryRegions
-) -> dict[str, dict[str, Any]]:
-    """Write the outputs that have a placement into their regions; each one's answer parameters by name (its region,
-    offset and the bytes written), which the answer gives in place of its data."""
-    placed = {}
+) -> set[str]:
+    """Write the outputs that have a placement into their regions; their names. The answer lists them with no data
+    and no parameters, as Triton's does (perf_analyzer's HTTP client reads an output's parameters as binary data)."""
     for output in outputs:
         where = placements.get(output.name)
-        if where is None:
-            continue
-        written = regions.write(where, output.binary_data(), output.name)
-        placed[output.name] = {REGION: where.region, OFFSET: where.offset, BYTE_SIZE: written}
-    return placed
+        if where is not None:
+            regions.write(where, output.binary_data(), output.name)
+    return set(placements).intersection(output.name for output in outputs)
 
 
 def cuda_status(name: str = "") -> list[dict[str, Any]]:
