@@ -52,6 +52,8 @@ class Classification:
     widen: Callable[[TaskRequest], TaskRequest]  # the request asking for every class's score
     narrow: Callable[[TaskRequest, list[Any]], list[Any]]  # every class's results -> what the request asked for
     classes: Callable[[list[Any]], list[list[tuple[str, float]]]]  # results -> per item (label, score), best first
+    # each class's index for a request (labels chosen per request); None: the model's own class ids (id2label)
+    indices: Callable[[TaskRequest], dict[str, int]] | None = None
 
 
 @dataclass(frozen=True)

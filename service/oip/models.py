@@ -178,12 +178,16 @@ def classified_request(engine: Engine, request: TaskRequest, counts: Mapping[str
 
 def output_tensors(engine: Engine, request: TaskRequest, results: list[Any], counts: Mapping[str, int]) -> list[Any]:
     """The task's output tensors for ``request`` (as asked) from ``results`` (of ``classified_request``), the
-    classified output as Triton gives it: BYTES (items, K) of ``"score:index:label"``, K at most the classes."""
+    classified output as Triton gives it: BYTES (items, K) of ``"score:index:label"``, K at most the classes (the
+    index: the model's class id, or the label's place among the request's own labels)."""
     layout = LAYOUTS[engine.task]
     ranking = layout.classification
     if not counts or ranking is None:
         return layout.tensors(request, results)
-    ids = {label: index for index, label in engine.bundle.spec.id2label.items()}
+    if ranking.indices is not None:
+        ids = ranking.indices(request)
+    else:
+        ids = {label: index for index, label in engine.bundle.spec.id2label.items()}
     ranked = [row[: counts[ranking.output]] for row in ranking.classes(results)]
     strings = [
         f"{score:f}:{ids.get(label, label.removeprefix('LABEL_'))}:{label}" for row in ranked for label, score in row

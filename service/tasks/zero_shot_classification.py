@@ -191,6 +191,19 @@ def oip_zero_shot_tensors(request: Any, results: list[Any]) -> list[OutputTensor
     return oip.labels_and_scores([item["labels"] for item in results], [item["scores"] for item in results])
 
 
+def label_indices(request: Any) -> dict[str, int]:
+    """Each candidate label's place in the request's list (a label given twice: its first place)."""
+    return {label: index for index, label in reversed(list(enumerate(parse_labels(request.candidate_labels))))}
+
+
+CLASSIFICATION = oip.Classification(  # every label is scored already: nothing to widen or narrow
+    "score",
+    widen=lambda request: request,
+    narrow=lambda request, results: results,
+    classes=lambda results: [list(zip(item["labels"], item["scores"], strict=True)) for item in results],
+    indices=label_indices,
+)
+
 OIP = oip.TaskLayout(
     ZeroShotClassificationRequest,
     inputs=(oip.TEXT, oip.TensorSpec("candidate_labels", "BYTES", required=False)),
@@ -198,6 +211,7 @@ OIP = oip.TaskLayout(
     options=("candidate_labels", "hypothesis_template", "multi_label"),
     body=lambda tensors: oip.texts_body(tensors, "candidate_labels"),
     tensors=oip_zero_shot_tensors,
+    classification=CLASSIFICATION,
 )
 
 

@@ -26,7 +26,8 @@ TEXTS = ["the movie was wonderful.", "a dull and far too long film", "paris"]
 def served(tiny_models: dict[str, TinyModel]) -> Iterator[tuple[str, dict[str, Any]]]:
     """The URL and a tritonclient module and client per protocol, of one server of a classifier and a NER model."""
     grpc_port = free_port()
-    bundles = {"sst": tiny_models["text-classification"].bundle, "ner": tiny_models["token-classification"].bundle}
+    bundles = {"sst": tiny_models["text-classification"].bundle, "ner": tiny_models["token-classification"].bundle,
+               "nli": tiny_models["zero-shot-classification"].bundle}  # fmt: skip
     with real_server_for(bundles, grpc_port=grpc_port, tune=False) as url:
         yield (
             url,
@@ -81,6 +82,28 @@ def test_class_count_answers_the_best_classes_as_triton_writes_them(
                  top_k=2)  # fmt: skip
     assert both.as_numpy("score").dtype == np.float32 and both.as_numpy("score").shape == (len(TEXTS), 2)
     assert strings(both.as_numpy("label")) == [[item["label"] for item in row[:2]] for row in results]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_zero_shot_classes_are_the_request_labels_by_their_place(
+    served: tuple[str, dict[str, Any]], protocol: str
+) -> None:
+    url, clients = served
+    module, client = clients[protocol]
+    labels = ["sports", "politics", "weather", "cooking"]
+    body = {"model": "nli", "inputs": TEXTS, "candidate_labels": labels}
+    v1 = httpx.post(f"{url}/v1/zero-shot-classification", json=body).json()["results"]
+    candidates = module.InferInput("candidate_labels", [len(labels)], "BYTES")
+    candidates.set_data_from_numpy(np.array([label.encode() for label in labels], dtype=object))
+    text = module.InferInput("text", [len(TEXTS)], "BYTES")
+    text.set_data_from_numpy(np.array([t.encode() for t in TEXTS], dtype=object))
+    answer = client.infer("nli", [text, candidates], outputs=[module.InferRequestedOutput("score", class_count=3),
+                                                              module.InferRequestedOutput("label")])  # fmt: skip
+    best = [zip(row["labels"][:3], row["scores"][:3], strict=True) for row in v1]
+    expected = [[f"{score:f}:{labels.index(label)}:{label}" for label, score in row] for row in best]
+    assert strings(answer.as_numpy("score")) == expected
+    assert {label for row in expected for label in (item.split(":")[1] for item in row)} - {"0"}  # not all index 0
+    assert strings(answer.as_numpy("label")) == [row["labels"] for row in v1]  # every label, as without classifying
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
