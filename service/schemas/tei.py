@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, RootModel
+from pydantic import BaseModel, Field, RootModel, Strict
 
 from service.schemas.common import TaskRequest, examples
 from service.tasks import ClassificationParams
 
 Pair = Annotated[list[str], Field(min_length=2, max_length=2)]
 OneOrPair = Annotated[list[str], Field(min_length=1, max_length=2)]
-TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]  # TEI's ids are int32
+TokenId = Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)]  # TEI's ids are int32; true is no id
 
 
 class TeiPredictRequest(TaskRequest):

@@ -53,3 +53,6 @@ def test_limits_and_errors(server_url: str) -> None:
         client.detokenize(tokens=[-1], model="sst")
     empty = httpx.post(f"{server_url}/v1/tokenize", json={"text": "", "model": "sst"})
     assert empty.status_code == 422 and "text" in empty.text
+    for not_ids in ([True], [1.5], ["7"]):  # JSON integers only: true is not token 1 (schemathesis found it)
+        answer = httpx.post(f"{server_url}/v1/detokenize", json={"tokens": not_ids, "model": "sst"})
+        assert answer.status_code == 422 and "tokens" in answer.text, not_ids
