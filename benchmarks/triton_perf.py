@@ -8,6 +8,10 @@ median, as ``benchmarks.grpc_speed``) over gRPC calls (``grpc``), one gRPC strea
 figure is the median over the rounds. Per point: inferences/s, p50 and p99 (perf_analyzer's), the server's queue and
 model time per request (its statistics), and the server's CPU per request (every thread of its process).
 
+``--modes`` adds Triton's system shared memory (``grpc-shm``, ``http-shm``: perf_analyzer ``--shared-memory system``,
+inputs and outputs in /dev/shm objects, the server started with ``--allow-client-shm``; perf_analyzer takes it only
+for models without optional inputs, such as an embedding model); ``--items N`` sends N sentences a request.
+
 perf_analyzer comes in tritonclient's wheel (``.venv/bin/perf_analyzer``); it links ``libcudart.so.12`` (the
 ``nvidia-cuda-runtime-cu12`` wheel, in the ``bench`` extra; no GPU is used) and ``libb64.so.0d``
 (``apt-get install libb64-0d``).
@@ -38,7 +42,15 @@ from benchmarks.report import finish_load_report, load_parser, page, table
 
 log = logging.getLogger("benchmarks.triton_perf")
 LOG_DIR = SCRATCH_DIR / "triton-perf-logs"
-MODES = {"grpc": ["-i", "grpc"], "grpc-stream": ["-i", "grpc", "--streaming"], "http": ["-i", "http"]}
+SHARED_MEMORY = ["--shared-memory", "system", "--output-shared-memory-size", str(1 << 20)]
+MODES = {
+    "grpc": ["-i", "grpc"],
+    "grpc-stream": ["-i", "grpc", "--streaming"],
+    "http": ["-i", "http"],
+    "grpc-shm": ["-i", "grpc", *SHARED_MEMORY],
+    "http-shm": ["-i", "http", *SHARED_MEMORY],
+}
+DEFAULT_MODES = ("grpc", "grpc-stream", "http")
 
 
 def perf_analyzer() -> tuple[str, dict[str, str]]:
@@ -66,12 +78,19 @@ def model_statistics(base_url: str, model: str) -> dict[str, Any]:
 
 
 def run_point(
-    tool: tuple[str, dict[str, str]], url: str, mode: str, model: str, data: Path, concurrency: int, seconds: float
+    tool: tuple[str, dict[str, str]],
+    url: str,
+    mode: str,
+    model: str,
+    data: Path,
+    concurrency: int,
+    seconds: float,
+    items: int = 1,
 ) -> dict[str, Any]:
     """One perf_analyzer measurement (three windows of ``seconds``): its CSV row's figures."""
     binary, env = tool
     out = LOG_DIR / f"{model}-{mode}-c{concurrency}.csv"
-    command = [binary, "-m", model, "-u", url, *MODES[mode], "--input-data", str(data), "--shape", "text:1",
+    command = [binary, "-m", model, "-u", url, *MODES[mode], "--input-data", str(data), "--shape", f"text:{items}",
                "--concurrency-range", str(concurrency), "--measurement-interval", str(int(1000 * seconds)),
                "--max-trials", "3", "--stability-percentage", "999", "-f", str(out)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=30 * seconds + 120, check=False)
@@ -92,15 +111,17 @@ def measure(
     port, grpc_port = servers.free_port(), servers.free_port()
     command = [sys.executable, "-m", "service", "--port", str(port), "--grpc-port", str(grpc_port), "--host",
                "127.0.0.1", "--log-level", "warning", "--model", f"{name}={bundle}"]  # fmt: skip
-    urls = {"grpc": f"127.0.0.1:{grpc_port}", "grpc-stream": f"127.0.0.1:{grpc_port}", "http": f"127.0.0.1:{port}"}
+    if any(mode.endswith("-shm") for mode in args.modes):
+        command.append("--allow-client-shm")
+    urls = {mode: f"127.0.0.1:{port if mode.startswith('http') else grpc_port}" for mode in MODES}
     points: list[dict[str, Any]] = []
     with servers.running(f"triton-perf-{name}", command, port, "/health/ready", LOG_DIR) as server:
         for concurrency in args.concurrency:
-            rounds: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+            rounds: dict[str, list[dict[str, Any]]] = {mode: [] for mode in args.modes}
             for _ in range(args.rounds):
-                for mode in MODES:
+                for mode in args.modes:
                     before, cpu_before = model_statistics(server.base_url, name), server.cpu_seconds()
-                    result = run_point(tool, urls[mode], mode, name, data, concurrency, args.duration)
+                    result = run_point(tool, urls[mode], mode, name, data, concurrency, args.duration, args.items)
                     cpu = server.cpu_seconds() - cpu_before
                     after = model_statistics(server.base_url, name)
                     done = after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"]
@@ -133,8 +154,9 @@ def markdown(report: dict[str, Any]) -> str:
                "server model ms:", "server CPU ms/req:", "vs gRPC calls:")  # fmt: skip
     return page(
         "The service under Triton's perf_analyzer",
-        f"Tree {report['tree']}; perf_analyzer {report['perf_analyzer']}; one sentence per request "
-        f"({report['sentence_chars']} characters, SST-2 dev median); c requests in flight; {report['rounds']} rounds, "
+        f"Tree {report['tree']}; perf_analyzer {report['perf_analyzer']}; {report.get('items', 1)} sentence(s) per "
+        f"request ({report['sentence_chars']} characters each, SST-2 dev median); c requests in flight; "
+        f"{report['rounds']} rounds, "
         f"three {report['duration_s']:g} s windows per point (median); load average at start "
         f"{report['load_avg']['start']}, at end {report['load_avg']['end']}.",
         table(columns, rows),
@@ -144,12 +166,18 @@ def markdown(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = load_parser(__doc__, rounds=2, duration_s=3.0, models="an SST-2 classifier")
     parser.add_argument("--concurrency", default="1,32", type=lambda text: [int(c) for c in text.split(",")])
+    parser.add_argument("--modes", default=",".join(DEFAULT_MODES), type=lambda text: text.split(","),
+                        help=f"of {', '.join(MODES)}; grpc first (the others are compared with it)")  # fmt: skip
+    parser.add_argument("--items", type=int, default=1, help="sentences per request (the text tensor's shape)")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.modes) - set(MODES))
+    if unknown or "grpc" not in args.modes:
+        parser.error(f"--modes: give grpc and any of {', '.join(MODES)} (not {', '.join(unknown) or 'without grpc'})")
     tool = perf_analyzer()
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     text = median_sentence()
     data = LOG_DIR / "input.json"
-    data.write_text(json.dumps({"data": [{"text": [text]}]}))
+    data.write_text(json.dumps({"data": [{"text": [text] * args.items}]}))
     version = subprocess.run([tool[0], "--version"], capture_output=True, text=True, env=tool[1], check=False)
     at_start = os.getloadavg()
     points = []
@@ -158,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         points += measure(args, tool, name, Path(path), data)
     said = (version.stdout + version.stderr).strip()  # "Perf Analyzer Version 2.41.0 (commit ...)"
     named = said.splitlines()[-1] if said else "(no --version line)"
-    return finish_load_report(args, at_start, markdown, sentence_chars=len(text), points=points, perf_analyzer=named)
+    return finish_load_report(args, at_start, markdown, sentence_chars=len(text), points=points, perf_analyzer=named,
+                              items=args.items)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ REGION, OFFSET, BYTE_SIZE = "shared_memory_region", "shared_memory_offset", "sha
 PARAMETERS = frozenset({REGION, OFFSET, BYTE_SIZE})
 SHM_FOLDER = Path("/dev/shm")
 KEY_MAX = 255  # NAME_MAX: the longest file name in /dev/shm
+MAX_REGIONS = 128  # each holds a descriptor: without a cap, registering could take every one the server has
 DISABLED = (
     "client shared memory is off: start the server with --allow-client-shm (env BERTSERVE_ALLOW_CLIENT_SHM=true) "
     "to register regions"
@@ -133,6 +134,9 @@ class SharedMemoryRegions:
         with self._lock:
             if name in self._regions:
                 raise Conflict(f"shared memory region {name!r} is registered already: unregister it first")
+            if len(self._regions) >= MAX_REGIONS:
+                raise BadRequest(f"{MAX_REGIONS} shared memory regions are registered, the most there may be: "
+                                 "unregister one first")  # fmt: skip
             try:
                 fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from service.errors import BadRequest, PayloadTooLarge, RegionNotFound
-from service.oip.shared_memory import Placement, SharedMemoryRegions, placement_of
+from service.oip.shared_memory import MAX_REGIONS, Placement, SharedMemoryRegions, placement_of
 
 
 @pytest.fixture
@@ -69,6 +69,17 @@ def test_unregistered_regions_are_closed_and_not_found(regions: SharedMemoryRegi
     regions.unregister()
     assert regions.status() == []
     assert len(os.listdir("/proc/self/fd")) == opened - 2
+
+
+def test_registered_regions_are_capped(regions: SharedMemoryRegions) -> None:
+    opened = len(os.listdir("/proc/self/fd"))
+    for index in range(MAX_REGIONS):
+        regions.register(f"r{index}", "/data", index, 1)
+    with pytest.raises(BadRequest, match="the most there may be"):
+        regions.register("one-more", "/data", 0, 1)
+    assert len(os.listdir("/proc/self/fd")) == opened + MAX_REGIONS  # one descriptor a region, none leaked
+    regions.unregister("r0")
+    regions.register("one-more", "/data", 0, 1)
 
 
 def test_off_refuses_everything_but_closing(tmp_path: Path) -> None:
