@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -194,6 +195,45 @@ def test_bad_regions_and_placements_are_refused_with_what_is_wrong(
     shrunk = refusal(lambda: infer_text(len(data)))
     assert "shrank to 1024 bytes" in str(shrunk) and code_of(shrunk) in bad_request
     assert client.is_server_live()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_concurrent_clients_each_get_their_own_answers_in_their_own_regions(
+    served: tuple[str, dict[str, tuple[Any, Any]]], objects: Objects, protocol: str
+) -> None:
+    url, clients = served
+    module, shared_client = clients[protocol]
+    workers, rounds = 6, 5
+    texts = [[f"{word} number {index}" for word in ("great", "awful", "fine")] for index in range(workers)]
+    asked = [module.InferRequestedOutput("score")]
+    wire = [shared_client.infer("sst", [texts_tensor(module, "text", batch)], outputs=asked).as_numpy("score")
+            for batch in texts]  # fmt: skip
+    assert len({row.tobytes() for row in wire}) == workers  # each worker's answer is its own
+
+    def work(worker: int) -> list[np.ndarray]:
+        client = httpclient.InferenceServerClient(url.removeprefix("http://")) if protocol == "http" else shared_client
+        tensor = serialized(texts[worker])
+        size = len(tensor.item())
+        handle, key = objects.create(f"w{worker}_{protocol}", 4096)
+        shm.set_shared_memory_region(handle, [tensor])
+        client.register_system_shared_memory(f"w{worker}", key, 4096)
+        seen = []
+        for _ in range(rounds):
+            text = module.InferInput("text", [len(texts[worker])], "BYTES")
+            text.set_shared_memory(f"w{worker}", size)
+            score = module.InferRequestedOutput("score")
+            score.set_shared_memory(f"w{worker}", 1024, offset=2048)
+            client.infer("sst", [text], outputs=[score])
+            seen.append(shm.get_contents_as_numpy(handle, np.float32, [len(texts[worker]), 1], offset=2048).copy())
+            shm.set_shared_memory_region(handle, [np.full(16, np.nan, dtype=np.float32)], offset=2048)  # clear it
+        return seen
+
+    with ThreadPoolExecutor(workers) as pool:
+        answers = list(pool.map(work, range(workers)))
+    for worker, seen in enumerate(answers):  # batched with others' rows, padded otherwise: equal to 1e-5
+        for scores in seen:
+            np.testing.assert_allclose(scores, wire[worker], rtol=1e-5, atol=1e-5, err_msg=f"worker {worker}")
+    assert len(status_of(shared_client, protocol)) == workers
 
 
 def test_rest_takes_one_source_per_input_and_no_classification_in_shared_memory(
