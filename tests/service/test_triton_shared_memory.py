@@ -6,6 +6,7 @@ unregistered and refused as Triton does; the CUDA calls say no region can be had
 from __future__ import annotations
 
 import os
+import queue
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -234,6 +235,37 @@ def test_concurrent_clients_each_get_their_own_answers_in_their_own_regions(
         for scores in seen:
             np.testing.assert_allclose(scores, wire[worker], rtol=1e-5, atol=1e-5, err_msg=f"worker {worker}")
     assert len(status_of(shared_client, protocol)) == workers
+
+
+def test_a_grpc_stream_reads_and_writes_shared_memory(
+    served: tuple[str, dict[str, tuple[Any, Any]]], objects: Objects
+) -> None:
+    _, clients = served
+    _, client = clients["grpc"]
+    wire = client.infer(
+        "sst", [texts_tensor(grpcclient, "text", TEXTS)], outputs=[grpcclient.InferRequestedOutput("label")]
+    )
+    tensor = serialized(TEXTS)
+    handle, key = objects.create("stream", 4096)
+    shm.set_shared_memory_region(handle, [tensor])
+    client.register_system_shared_memory("s", key, 4096)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for offset in (1024, 2048):  # two requests on the stream, each writing its own place
+            text = grpcclient.InferInput("text", [len(TEXTS)], "BYTES")
+            text.set_shared_memory("s", len(tensor.item()))
+            label = grpcclient.InferRequestedOutput("label")
+            label.set_shared_memory("s", 512, offset=offset)
+            client.async_stream_infer("sst", [text], outputs=[label])
+        for _ in range(2):
+            result, error = answers.get(timeout=30)
+            assert error is None and [output.name for output in result.get_response().outputs] == ["label"]
+    finally:
+        client.stop_stream()
+    for offset in (1024, 2048):
+        labels = shm.get_contents_as_numpy(handle, np.object_, [len(TEXTS), 1], offset=offset)
+        assert labels.tolist() == wire.as_numpy("label").tolist()
 
 
 def test_rest_takes_one_source_per_input_and_no_classification_in_shared_memory(
