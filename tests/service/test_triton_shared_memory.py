@@ -318,3 +318,29 @@ def test_off_by_default_with_the_setting_named(tiny_models: dict[str, TinyModel]
                 assert "--allow-client-shm" in str(error), protocol
         finally:
             shm.destroy_shared_memory_region(handle)
+
+
+def test_api_keys_guard_the_regions(tiny_models: dict[str, TinyModel]) -> None:
+    grpc_port = free_port()
+    bundles = {"sst": tiny_models["text-classification"].bundle}
+    with real_server_for(bundles, grpc_port=grpc_port, tune=False, allow_client_shm=True, api_keys=["k"]) as url:
+        key = f"/bertserve_test_{os.getpid()}_keys"
+        handle = shm.create_shared_memory_region("keys", key, 64)
+        try:
+            for protocol, (_, client) in clients_for(url, grpc_port).items():
+                keyed = {"authorization": "Bearer k"}
+                for call in (lambda client=client: client.register_system_shared_memory("r", key, 64),
+                             lambda client=client: client.get_system_shared_memory_status(),
+                             lambda client=client: client.unregister_system_shared_memory()):  # fmt: skip
+                    assert code_of(refusal(call)) in ("401", "StatusCode.UNAUTHENTICATED"), protocol
+                client.register_system_shared_memory("r", key, 64, headers=keyed)
+                assert list(status_of_keyed(client, protocol, keyed)) == ["r"]
+                client.unregister_system_shared_memory(headers=keyed)
+        finally:
+            shm.destroy_shared_memory_region(handle)
+
+
+def status_of_keyed(client: Any, protocol: str, headers: dict[str, str]) -> list[str]:
+    if protocol == "grpc":
+        return list(client.get_system_shared_memory_status(headers=headers, as_json=True).get("regions", {}))
+    return [item["name"] for item in client.get_system_shared_memory_status(headers=headers)]
