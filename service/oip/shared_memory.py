@@ -9,7 +9,8 @@ extension (a BYTES element: a 4-byte little-endian length, then its UTF-8 text).
 Off unless the server starts with ``allow_client_shm`` (Triton's ``--allow-client-shm``, also off by default): a
 client that may register regions may have the server read and write any shared memory object the server's user can
 open. A key names an object in ``/dev/shm`` itself (no folder, no link, a regular file). The object stays open while
-its region is registered and its size is checked again at each use: one a client shrank would otherwise kill the
+its region is registered, and after that while a request that writes an output there runs (as Triton), and its
+size is checked again at each use: one a client shrank would otherwise kill the
 server on the next read (SIGBUS). CUDA shared memory is not served (models read their inputs from system memory).
 No FastAPI, no gRPC: both transports call this.
 """
@@ -20,8 +21,9 @@ import mmap
 import os
 import stat
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,13 +44,14 @@ DISABLED = (
 NO_CUDA = "CUDA shared memory is not supported: this server reads inputs from and writes outputs to system memory"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Placement:
     """Where one tensor's bytes lie: ``byte_size`` bytes from ``offset`` in the registered region ``region``."""
 
     region: str
     offset: int
     byte_size: int
+    held: Region | None = field(default=None, compare=False)  # an output's region, held until its request ends
 
 
 def placement_of(parameters: Mapping[str, Any], tensor: str) -> Placement | None:
@@ -71,13 +74,15 @@ def placement_of(parameters: Mapping[str, Any], tensor: str) -> Placement | None
     return Placement(region, offset, byte_size)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(eq=False, slots=True)
 class Region:
     name: str
     key: str
     offset: int  # in the shared memory object
     byte_size: int
     mapped: mmap.mmap  # the object's first offset + byte_size bytes; it holds the object open (its size: size())
+    holders: int = 0  # requests whose outputs go here, from their start to their end
+    unregistered: bool = False  # unmapped once the last holder ends (Triton waits for in-flight requests too)
 
     def status(self) -> dict[str, Any]:
         """As Triton's status answer lists a region."""
@@ -108,7 +113,7 @@ class SharedMemoryRegions:
         self.max_read_bytes = max_read_bytes  # what a request body may hold: an input read is held to it too
         self.folder = folder
         self._regions: dict[str, Region] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: a held Placement may be collected, and released, inside it
 
     def _check_allowed(self) -> None:
         if not self.allowed:
@@ -125,9 +130,9 @@ class SharedMemoryRegions:
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Map ``byte_size`` bytes from ``offset`` of the shared memory object ``key`` as region ``name``."""
         self._check_allowed()
-        for field, value in (("offset", offset), ("byte_size", byte_size)):
+        for named, value in (("offset", offset), ("byte_size", byte_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise BadRequest(f"{field} must be a byte count, 0 or more, not {value!r}")
+                raise BadRequest(f"{named} must be a byte count, 0 or more, not {value!r}")
         if byte_size == 0:
             raise BadRequest(f"region {name!r}: byte_size must be at least 1")
         path = self._object_path(key)
@@ -154,18 +159,24 @@ class SharedMemoryRegions:
             self._regions[name] = Region(name, key, offset, byte_size, mapped)
 
     def unregister(self, name: str = "") -> None:
-        """Unregister the named region (one not registered: nothing to do, as Triton), or every region."""
+        """Unregister the named region (one not registered: nothing to do, as Triton), or every region: its name is
+        free at once; it is unmapped once no request that writes an output there runs."""
         self._check_allowed()
-        self.close(name)
-
-    def close(self, name: str = "") -> None:
-        """Unmap and close the named region, or every region (at shutdown, whatever ``allowed``)."""
         with self._lock:
-            names = [name] if name else list(self._regions)
-            for key in names:
+            for key in [name] if name else list(self._regions):
                 region = self._regions.pop(key, None)
-                if region is not None:
+                if region is None:
+                    continue
+                region.unregistered = True
+                if not region.holders:
                     region.mapped.close()
+
+    def close(self) -> None:
+        """Unmap every region (at shutdown, whatever ``allowed``)."""
+        with self._lock:
+            for region in self._regions.values():
+                region.mapped.close()
+            self._regions.clear()
 
     def read(self, where: Placement, tensor: str) -> bytes:
         """An input tensor's bytes; PayloadTooLarge past ``max_read_bytes``."""
@@ -177,11 +188,23 @@ class SharedMemoryRegions:
             region = self._find(where.region)
             return region.mapped[region.span(where)]
 
-    def check(self, where: Placement) -> None:
-        """That an output can go where ``where`` says (before the request runs)."""
+    def hold(self, where: Placement) -> Placement:
+        """``where``, checked for an output before its request runs, with its region held until the Placement
+        returned is dropped (the request's end, however it ends): unregistering the region meanwhile waits."""
         self._check_allowed()
         with self._lock:
-            self._find(where.region).span(where)
+            region = self._find(where.region)
+            region.span(where)
+            region.holders += 1
+        held = replace(where, held=region)
+        weakref.finalize(held, self._release, region).atexit = False
+        return held
+
+    def _release(self, region: Region) -> None:
+        with self._lock:
+            region.holders -= 1
+            if region.unregistered and not region.holders:
+                region.mapped.close()
 
     def write(self, where: Placement, data: bytes, tensor: str) -> None:
         """Write an output tensor's bytes from the placement's offset; BadRequest when they do not fit."""
@@ -189,7 +212,7 @@ class SharedMemoryRegions:
             raise BadRequest(f"output {tensor!r} needs {len(data)} bytes; its shared memory "
                              f"({where.byte_size} bytes) is too small")  # fmt: skip
         with self._lock:
-            region = self._find(where.region)
+            region = where.held if where.held is not None else self._find(where.region)
             span = region.span(where)
             region.mapped[span.start : span.start + len(data)] = data
 
@@ -222,8 +245,7 @@ def output_placements(
         for other in ("classification", "binary_data"):
             if given.get(other):
                 raise BadRequest(f"output {name!r}: {REGION} and {other} cannot go together")
-        regions.check(where)
-        placements[name] = where
+        placements[name] = regions.hold(where)
     return placements
 
 

@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
 import pytest
 
 from service.errors import BadRequest, PayloadTooLarge, RegionNotFound
-from service.oip.shared_memory import MAX_REGIONS, Placement, SharedMemoryRegions, placement_of
+from service.oip.shared_memory import (
+    MAX_REGIONS,
+    Placement,
+    SharedMemoryRegions,
+    output_placements,
+    placement_of,
+)
 
 
 @pytest.fixture
@@ -69,6 +76,27 @@ def test_unregistered_regions_are_closed_and_not_found(regions: SharedMemoryRegi
     regions.unregister()
     assert regions.status() == []
     assert len(os.listdir("/proc/self/fd")) == opened - 2
+
+
+def test_an_output_region_unregistered_in_flight_stays_mapped_until_its_request_ends(
+    regions: SharedMemoryRegions, tmp_path: Path
+) -> None:
+    regions.register("r", "/data", 0, 64)
+    placed = output_placements({"label": {"shared_memory_region": "r", "shared_memory_byte_size": 8}}, regions)
+    opened = len(os.listdir("/proc/self/fd"))
+    regions.unregister("r")  # while the request that writes "label" there runs
+    assert regions.status() == [] and len(os.listdir("/proc/self/fd")) == opened  # gone by name, still mapped
+    regions.register("r", "/data", 32, 32)  # the name is free again at once
+    regions.write(placed["label"], b"late", "label")  # the running request still writes where it was told
+    assert (tmp_path / "data").read_bytes()[:4] == b"late"
+    del placed
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == opened  # the old mapping closed, the new one open
+    unheld = output_placements({"label": {"shared_memory_region": "r", "shared_memory_byte_size": 8}}, regions)
+    del unheld
+    gc.collect()
+    regions.unregister("r")  # no request holds it: unmapped at once
+    assert len(os.listdir("/proc/self/fd")) == opened - 1
 
 
 def test_registered_regions_are_capped(regions: SharedMemoryRegions) -> None:
