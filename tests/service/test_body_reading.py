@@ -92,14 +92,14 @@ def layer(app: FastAPI, kind: type[Any]) -> Any:
 
 
 def settings_for(model: TinyModel, **overrides: Any) -> Settings:
+    given: dict[str, Any] = {"body_timeout_s": DEADLINE_S, **overrides}
     return Settings(
         models=[f"sst={model.bundle}"],
         intra_op_threads=1,
         model_workers=1,
         max_batch_size=1,
         max_concurrent_requests=CAP,
-        body_timeout_s=DEADLINE_S,
-        **overrides,
+        **given,
     )
 
 
@@ -161,7 +161,9 @@ def test_the_permit_counts_requests_whose_body_is_complete(text_classification_m
 def test_reading_slots_and_buffered_bytes_are_bounded_but_a_body_sent_whole_needs_neither(
     text_classification_model: TinyModel,
 ) -> None:
-    settings = settings_for(text_classification_model, max_body_readers=2, max_body_buffer_bytes=10)
+    # the slow bodies must outlast a whole request's answer (its model run, slower on a busy machine: a full run
+    # once saw the first slow body time out at 0.4 s before its next byte was sent)
+    settings = settings_for(text_classification_model, max_body_readers=2, max_body_buffer_bytes=10, body_timeout_s=2.0)
 
     async def main() -> None:
         async with app_under_test(settings) as (app, _, reader, _):
