@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 from pathlib import Path
@@ -25,6 +26,16 @@ def regions(tmp_path: Path) -> SharedMemoryRegions:
     made = SharedMemoryRegions(True, max_read_bytes=100, folder=tmp_path)
     yield made
     made.close()
+
+
+def open_on(folder: Path) -> int:
+    """Descriptors of this process open on the regions' object (``folder``/data): other tests' sockets and files,
+    closed by a garbage collection meanwhile, do not count."""
+    target, count = str(folder / "data"), 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed since it was listed
+            count += os.readlink(f"/proc/self/fd/{fd}") == target
+    return count
 
 
 def test_reads_and_writes_go_to_the_region_at_its_offset(regions: SharedMemoryRegions, tmp_path: Path) -> None:
@@ -65,17 +76,17 @@ def test_a_shrunk_object_is_refused_not_read(regions: SharedMemoryRegions, tmp_p
         regions.write(Placement("r", 0, 8), b"x", "label")
 
 
-def test_unregistered_regions_are_closed_and_not_found(regions: SharedMemoryRegions) -> None:
+def test_unregistered_regions_are_closed_and_not_found(regions: SharedMemoryRegions, tmp_path: Path) -> None:
     regions.register("a", "/data", 0, 8)
     regions.register("b", "/data", 8, 8)
-    opened = len(os.listdir("/proc/self/fd"))
+    opened = open_on(tmp_path)
     regions.unregister("a")
-    assert len(os.listdir("/proc/self/fd")) == opened - 1
+    assert open_on(tmp_path) == opened - 1
     with pytest.raises(RegionNotFound):
         regions.read(Placement("a", 0, 1), "text")
     regions.unregister()
     assert regions.status() == []
-    assert len(os.listdir("/proc/self/fd")) == opened - 2
+    assert open_on(tmp_path) == opened - 2
 
 
 def test_an_output_region_unregistered_in_flight_stays_mapped_until_its_request_ends(
@@ -83,29 +94,29 @@ def test_an_output_region_unregistered_in_flight_stays_mapped_until_its_request_
 ) -> None:
     regions.register("r", "/data", 0, 64)
     placed = output_placements({"label": {"shared_memory_region": "r", "shared_memory_byte_size": 8}}, regions)
-    opened = len(os.listdir("/proc/self/fd"))
+    opened = open_on(tmp_path)
     regions.unregister("r")  # while the request that writes "label" there runs
-    assert regions.status() == [] and len(os.listdir("/proc/self/fd")) == opened  # gone by name, still mapped
+    assert regions.status() == [] and open_on(tmp_path) == opened  # gone by name, still mapped
     regions.register("r", "/data", 32, 32)  # the name is free again at once
     regions.write(placed["label"], b"late", "label")  # the running request still writes where it was told
     assert (tmp_path / "data").read_bytes()[:4] == b"late"
     del placed
     gc.collect()
-    assert len(os.listdir("/proc/self/fd")) == opened  # the old mapping closed, the new one open
+    assert open_on(tmp_path) == opened  # the old mapping closed, the new one open
     unheld = output_placements({"label": {"shared_memory_region": "r", "shared_memory_byte_size": 8}}, regions)
     del unheld
     gc.collect()
     regions.unregister("r")  # no request holds it: unmapped at once
-    assert len(os.listdir("/proc/self/fd")) == opened - 1
+    assert open_on(tmp_path) == opened - 1
 
 
-def test_registered_regions_are_capped(regions: SharedMemoryRegions) -> None:
-    opened = len(os.listdir("/proc/self/fd"))
+def test_registered_regions_are_capped(regions: SharedMemoryRegions, tmp_path: Path) -> None:
+    opened = open_on(tmp_path)
     for index in range(MAX_REGIONS):
         regions.register(f"r{index}", "/data", index, 1)
     with pytest.raises(BadRequest, match="the most there may be"):
         regions.register("one-more", "/data", 0, 1)
-    assert len(os.listdir("/proc/self/fd")) == opened + MAX_REGIONS  # one descriptor a region, none leaked
+    assert open_on(tmp_path) == opened + MAX_REGIONS  # one descriptor a region, none leaked
     regions.unregister("r0")
     regions.register("one-more", "/data", 0, 1)
 

@@ -81,9 +81,12 @@ def serialized(texts: list[str]) -> np.ndarray:
     return serialize_byte_tensor(np.array([text.encode() for text in texts], dtype=object))
 
 
-def status_of(client: Any, protocol: str, name: str = "") -> dict[str, dict[str, int | str]]:
+def status_of(
+    client: Any, protocol: str, name: str = "", headers: dict[str, str] | None = None
+) -> dict[str, dict[str, int | str]]:
     """The regions' status by name, whatever the protocol's answer shape."""
-    answer = client.get_system_shared_memory_status(name, **({"as_json": True} if protocol == "grpc" else {}))
+    options = {"as_json": True} if protocol == "grpc" else {}
+    answer = client.get_system_shared_memory_status(name, headers=headers, **options)
     listed = list(answer.get("regions", {}).values()) if protocol == "grpc" else answer
     return {item["name"]: {key: int(value) if key in ("offset", "byte_size") else value
                            for key, value in item.items()} for item in listed}  # fmt: skip
@@ -303,7 +306,7 @@ def test_cuda_shared_memory_has_no_regions_here(served: tuple[str, dict[str, tup
     client.unregister_cuda_shared_memory()  # nothing registered: nothing to do
 
 
-def test_off_by_default_with_the_setting_named(tiny_models: dict[str, TinyModel], tmp_path: Any) -> None:
+def test_off_by_default_with_the_setting_named(tiny_models: dict[str, TinyModel]) -> None:
     grpc_port = free_port()
     with real_server_for({"sst": tiny_models["text-classification"].bundle}, grpc_port=grpc_port, tune=False) as url:
         key = f"/bertserve_test_{os.getpid()}_off"
@@ -334,13 +337,7 @@ def test_api_keys_guard_the_regions(tiny_models: dict[str, TinyModel]) -> None:
                              lambda client=client: client.unregister_system_shared_memory()):  # fmt: skip
                     assert code_of(refusal(call)) in ("401", "StatusCode.UNAUTHENTICATED"), protocol
                 client.register_system_shared_memory("r", key, 64, headers=keyed)
-                assert list(status_of_keyed(client, protocol, keyed)) == ["r"]
+                assert list(status_of(client, protocol, headers=keyed)) == ["r"]
                 client.unregister_system_shared_memory(headers=keyed)
         finally:
             shm.destroy_shared_memory_region(handle)
-
-
-def status_of_keyed(client: Any, protocol: str, headers: dict[str, str]) -> list[str]:
-    if protocol == "grpc":
-        return list(client.get_system_shared_memory_status(headers=headers, as_json=True).get("regions", {}))
-    return [item["name"] for item in client.get_system_shared_memory_status(headers=headers)]
