@@ -20,8 +20,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
-from service.api.batch import FILES_PATH, FileUploadEntry, open_batch_jobs
+from service.api.batch import FILES_PATH, Upload, UploadEntry, file_upload, open_batch_jobs
 from service.api.bodies import validation_error
+from service.api.cohere_jobs import DATASETS_PATH, dataset_upload
 from service.api.entry import InferenceEntry
 from service.api.openapi_doc import finish_document
 from service.api.operation_ids import operation_id
@@ -83,7 +84,10 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     headers = dict(exc.headers or {})
     if exc.status_code == 405:  # every method the path takes, not only the first route's (GET / and POST /)
         path = request.scope["path"]
-        methods = {method for pattern, taken in request.app.state.methods if pattern.match(path) for method in taken}
+        matched = [(taken, fixed) for pattern, taken, fixed in request.app.state.methods if pattern.match(path)]
+        if any(fixed for _, fixed in matched):  # a path of its own (/v1/datasets/usage), not /v1/datasets/{id}'s
+            matched = [(taken, fixed) for taken, fixed in matched if fixed]
+        methods = {method for taken, _ in matched for method in taken}
         headers["Allow"] = ", ".join(sorted(methods)) or headers.get("Allow", "")
     return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
@@ -103,7 +107,8 @@ def create_app(
     ``ServiceCore``): the lifespan starts the core (loading its models first unless they are loaded) and stops it."""
     core = core or ServiceCore(settings or Settings(), engines, broken)
     settings = core.settings
-    batch_runner = open_batch_jobs(core)  # the Batch API's jobs, when settings.data_dir is set
+    batch_jobs = open_batch_jobs(core)  # the Batch API's and Cohere's jobs, when settings.data_dir is set
+    batch_runner, cohere_jobs = batch_jobs if batch_jobs is not None else (None, None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -144,6 +149,7 @@ def create_app(
     app.state.executor = core.executor
     app.state.registry = core.registry
     app.state.batch_runner = batch_runner
+    app.state.cohere_jobs = cohere_jobs
     for router in ROUTERS:
         app.include_router(router)
     app.add_exception_handler(ServiceError, _service_error)
@@ -154,8 +160,10 @@ def create_app(
     routes = [*app.routes, *(route for router in ROUTERS for route in router.routes)]
     known_paths = frozenset(path for route in routes if (path := getattr(route, "path", "")))
     posted = {getattr(route, "path", ""): route for route in routes if "POST" in getattr(route, "methods", ())}
-    app.state.methods = [
-        (route.path_regex, frozenset(route.methods or ())) for route in routes if isinstance(route, Route)
+    app.state.methods = [  # (the path's pattern, its methods, whether the path has no parameters)
+        (route.path_regex, frozenset(route.methods or ()), not route.param_convertors)
+        for route in routes
+        if isinstance(route, Route)
     ]
     app.add_middleware(InferenceEntry, routes=[(route, posted[route.path]) for route in INFERENCE_ROUTES])
     app.add_middleware(
@@ -168,8 +176,12 @@ def create_app(
         max_body_readers=settings.max_body_readers,
         max_body_buffer_bytes=settings.max_body_buffer_bytes,
     )
-    if batch_runner is not None:  # with the Batch API off the declared route answers uploads (404, saying so)
-        app.add_middleware(FileUploadEntry, settings=settings, runner=batch_runner, declared=posted[FILES_PATH])
+    if batch_runner is not None and cohere_jobs is not None:  # else the declared routes answer (404, saying so)
+        uploads = {
+            FILES_PATH: Upload(posted[FILES_PATH], file_upload(batch_runner, settings), "'file' and 'purpose'"),
+            DATASETS_PATH: Upload(posted[DATASETS_PATH], dataset_upload(cohere_jobs, settings), "'data'"),
+        }
+        app.add_middleware(UploadEntry, settings=settings, uploads=uploads)
     open_paths = None
     if settings.api_keys:
         app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, protect_metrics=settings.protect_metrics)

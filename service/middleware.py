@@ -13,14 +13,16 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.entry import body_too_large, header, replaying, send_error
+from service.batch.cohere_jobs import PART_PATH
 from service.core import Permits, key_authorised
 from service.errors import BodyTimeout, Overloaded, ServiceError, Unauthorized
 from service.metrics import ServiceMetrics, log_access
 from service.tracing import ACCESS_RECORD, RequestRecord, Tracing
 
 TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})  # W3C trace context: what a span continues
-# Paths an API key never guards: the health probes, the service's own and the Open Inference Protocol's.
-OPEN_PATH_PREFIXES = ("/health", "/v2/health")
+# Paths an API key never guards: the health probes, the service's own and the Open Inference Protocol's; and
+# dataset parts' signed URLs (their signature is their credential, as Cohere's: its client fetches them keyless).
+OPEN_PATH_PREFIXES = ("/health", "/v2/health", PART_PATH)
 
 
 def open_path_prefixes(protect_metrics: bool) -> tuple[str, ...]:

@@ -2,7 +2,7 @@
 answers 404 saying how to turn it on). The official ``openai`` client works unchanged (``files.create``,
 ``batches.create``, ``batches.retrieve``, ``batches.cancel``, ``batches.list``, ``files.content``, ...).
 
-- An upload (``POST /v1/files``, multipart ``file`` + ``purpose=batch``) is read by ``FileUploadEntry``, a layer
+- An upload (``POST /v1/files``, multipart ``file`` + ``purpose=batch``) is read by ``UploadEntry``, a layer
   outside the request body reader: a batch file may be far larger than ``max_body_bytes`` (up to
   ``batch_max_file_bytes``), so it streams to disk instead of being held. The FastAPI route only documents it.
 - With API keys on, each file and batch belongs to the key that made it (a SHA-256 of the key is stored, never the
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect
@@ -30,7 +31,8 @@ from service.api.batch_lines import BATCH_ROUTES, RouteCall
 from service.api.batch_schemas import BatchCreateRequest, BatchList, BatchObject, FileDeleted, FileList, FileObject
 from service.api.entry import header, route_path, send_error, send_json
 from service.api.error_docs import error_responses
-from service.batch.records import BatchRecord, FileRecord
+from service.batch.cohere_jobs import COHERE_EMBED_JOB, CohereJobs
+from service.batch.records import BatchRecord
 from service.batch.runner import BatchRunner
 from service.batch.store import BatchStore
 from service.core import ServiceCore
@@ -70,12 +72,15 @@ UPLOAD_BODY = {
 }
 
 
-def open_batch_jobs(core: ServiceCore) -> BatchRunner | None:
-    """The batch runner over ``core`` and the store in ``data_dir``; None when ``data_dir`` is not set. The caller
-    starts it (``start``, inside its event loop) and stops it."""
+def open_batch_jobs(core: ServiceCore) -> tuple[BatchRunner, CohereJobs] | None:
+    """The batch runner over ``core`` and the store in ``data_dir``, and Cohere's datasets and embed jobs over that
+    store; None when ``data_dir`` is not set. The caller starts the runner (``start``, in its event loop), stops it."""
     if core.settings.data_dir is None:
         return None
-    return BatchRunner(BatchStore(core.settings.data_dir, core.settings), core, RouteCall(core))
+    store = BatchStore(core.settings.data_dir, core.settings)
+    jobs = CohereJobs(store)
+    runner = BatchRunner(store, core, RouteCall(core), finalizers={COHERE_EMBED_JOB: jobs.finalize})
+    return runner, jobs
 
 
 def batch_api_off() -> NotFound:
@@ -212,38 +217,64 @@ async def list_batches(
     return page(*records)
 
 
-class FileUploadEntry:
-    """Answers ``POST /v1/files`` before the request body reader (``BodyReadMiddleware``, whose ``max_body_bytes``
-    is for JSON requests): the multipart body streams to temporary files, at most ``batch_max_file_bytes`` plus the
-    form's framing (413, connection closed, past it), within ``body_timeout_s`` per ``max_body_bytes`` received.
-    Everything else goes on to ``app``. Sits inside the API key and metrics middlewares."""
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A multipart upload route: the route FastAPI declares (docs, metrics label), what reads the form into the
+    answer, and the fields it takes (the 415's hint)."""
 
-    def __init__(self, app: ASGIApp, settings: Settings, runner: BatchRunner | None, declared: BaseRoute) -> None:
+    declared: BaseRoute
+    read: Callable[[FormData, Scope], Awaitable[dict[str, Any]]]
+    fields: str
+
+
+def file_upload(runner: BatchRunner, settings: Settings) -> Callable[[FormData, Scope], Awaitable[dict[str, Any]]]:
+    """``POST /v1/files``: the form's ``file`` stored as a batch input (``purpose=batch``)."""
+
+    async def read(form: FormData, scope: Scope) -> dict[str, Any]:
+        purpose, upload = form.get("purpose"), form.get("file")
+        if not isinstance(purpose, str):
+            raise InvalidRequest("the form has no 'purpose' field: send purpose=batch")
+        if not isinstance(upload, UploadFile):
+            raise InvalidRequest("the form has no 'file' part")
+        owner = owner_of(scope["headers"], settings)
+        name = upload.filename or "input.jsonl"
+        record = await asyncio.to_thread(runner.store.add_upload, owner, name, purpose, upload.file)
+        return record.as_object()
+
+    return read
+
+
+class UploadEntry:
+    """Answers the multipart upload routes (``POST /v1/files``, ``POST /v1/datasets``) before the request body reader
+    (``BodyReadMiddleware``, whose ``max_body_bytes`` is for JSON requests): the multipart body streams to temporary
+    files, at most ``batch_max_file_bytes`` plus the form's framing (413, connection closed, past it), within
+    ``body_timeout_s`` per ``max_body_bytes`` received. Everything else goes on to ``app``. Sits inside the API key
+    and metrics middlewares."""
+
+    def __init__(self, app: ASGIApp, settings: Settings, uploads: Mapping[str, Upload]) -> None:
         self.app = app
         self.settings = settings
-        self.runner = runner
-        self.declared = declared
+        self.uploads = dict(uploads)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or route_path(scope) != FILES_PATH:
+        upload = self.uploads.get(route_path(scope)) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if upload is None:
             await self.app(scope, receive, send)
             return
-        scope["route"] = self.declared  # the metrics label it by its path, as routing would
+        scope["route"] = upload.declared  # the metrics label it by its path, as routing would
         try:
-            record = await self._upload(scope, receive)
+            answer = await self._upload(scope, receive, upload)
         except ClientDisconnect:  # the client left while sending: nobody to answer
             return
         except ServiceError as error:
             await send_error(send, error, scope["path"], close=True)
             return
-        await send_json(send, 200, record.as_object())
+        await send_json(send, 200, answer)
 
-    async def _upload(self, scope: Scope, receive: Receive) -> FileRecord:
-        if self.runner is None:
-            raise batch_api_off()
+    async def _upload(self, scope: Scope, receive: Receive, upload: Upload) -> dict[str, Any]:
         content_type = header(scope["headers"], b"content-type") or ""
         if not content_type.startswith("multipart/form-data"):
-            raise UnsupportedMediaType("send the file as multipart/form-data with the fields 'file' and 'purpose'")
+            raise UnsupportedMediaType(f"send the file as multipart/form-data with the fields {upload.fields}")
         limit = self.settings.batch_max_file_bytes + FORM_SLACK_BYTES
         declared = header(scope["headers"], b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -253,20 +284,13 @@ class FileUploadEntry:
         request = Request(scope, self._bounded(receive, limit))
         try:
             async with asyncio.timeout(deadline_s):
-                form = await request.form(max_files=1, max_fields=8)
+                form = await request.form(max_files=2, max_fields=8)
         except TimeoutError:
             raise BadRequest(f"the upload did not arrive within {deadline_s:.0f} s (body_timeout_s)") from None
         except (MultiPartException, HTTPException) as exc:
             raise BadRequest(f"the multipart body cannot be read: {getattr(exc, 'detail', None) or exc}") from None
         try:
-            purpose, upload = form.get("purpose"), form.get("file")
-            if not isinstance(purpose, str):
-                raise InvalidRequest("the form has no 'purpose' field: send purpose=batch")
-            if not isinstance(upload, UploadFile):
-                raise InvalidRequest("the form has no 'file' part")
-            owner = owner_of(scope["headers"], self.settings)
-            name = upload.filename or "input.jsonl"
-            return await asyncio.to_thread(self.runner.store.add_upload, owner, name, purpose, upload.file)
+            return await upload.read(form, scope)
         finally:
             await form.close()
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from service.api import (
     batch,
     cohere,
+    cohere_jobs,
     docs,
     health,
     hf,
@@ -42,6 +43,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     models.router,
     *PROTOCOL_ROUTERS,
     batch.router,
+    cohere_jobs.router,
     repository.router,
     shared_memory.router,
     health.router,

@@ -26,6 +26,7 @@ TIMESTAMPS = {  # the status -> the field stamped when a batch enters it
 }
 COMPLETION_WINDOWS = {"24h": 24 * 3600}
 INPUT_PURPOSE, OUTPUT_PURPOSE = "batch", "batch_output"
+OPENAI = "openai"  # a batch's origin: the OpenAI Batch API's own (else another API's job, run as a batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class BatchRecord:
     work_error_id: str
     output_file_id: str | None
     error_file_id: str | None
+    origin: str  # OPENAI, or the API whose job this batch runs
 
     @classmethod
     def of(cls, row: sqlite3.Row) -> BatchRecord:

@@ -12,6 +12,8 @@ takes the oldest unfinished batch and runs its lines in chunks of ``batch_chunk_
   batcher's background queue and run only while no online row is queued. Before each chunk the runner also waits
   while online work is in flight or queued (``busy``), for at most ``MAX_YIELD_S``.
 - Cancelling, expiry (the completion window) and the end of the input are checked between chunks.
+- A batch that runs another API's job (Cohere's embed jobs: ``origin``) ends with that API's finalizer, which makes
+  its answer of the work files while the batch is still finalizing.
 
 Nothing here logs a line's content: only batch ids, counts and error types.
 """
@@ -23,7 +25,7 @@ import contextlib
 import logging
 import sqlite3
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +72,7 @@ class TryLater(Exception):
 
 Ahead = deque[tuple[range, "asyncio.Task[list[tuple[bool, bytes]]]"]]  # chunks being answered: line numbers, entries
 LineCall = Callable[[str, Any], Awaitable[Answer]]  # (url, body) -> the route's answer; raises TryLater
+Finalizer = Callable[[BatchRecord], None]  # another API's job: its answer made of a batch's work files (blocking)
 
 
 def online_work(core: ServiceCore) -> bool:
@@ -80,11 +83,17 @@ def online_work(core: ServiceCore) -> bool:
 
 class BatchRunner:
     def __init__(
-        self, store: BatchStore, core: ServiceCore, call: LineCall, busy: Callable[[], bool] | None = None
+        self,
+        store: BatchStore,
+        core: ServiceCore,
+        call: LineCall,
+        busy: Callable[[], bool] | None = None,
+        finalizers: Mapping[str, Finalizer] | None = None,
     ) -> None:
         self.store = store
         self.core = core
         self.call = call
+        self.finalizers = dict(finalizers or {})  # origin -> what runs between finalizing and completed
         self.busy = busy if busy is not None else lambda: online_work(core)
         self.chunk_lines = core.settings.batch_chunk_lines
         self._wake = asyncio.Event()
@@ -165,6 +174,9 @@ class BatchRunner:
         finally:
             await _cancel_all(ahead)
         if self.store.finalizing(batch.id):
+            finalizer = self.finalizers.get(batch.origin)
+            if finalizer is not None:  # a process killed within it runs it again: the batch is still finalizing
+                await asyncio.to_thread(finalizer, self.store.batch(batch.id))
             await asyncio.to_thread(self.store.finish, batch.id, COMPLETED)
             logger.info("batch %s completed: %d ok, %d failed", batch.id, batch.completed, batch.failed)
         else:

@@ -32,6 +32,7 @@ from service.batch.records import (
     FINISHED,
     IN_PROGRESS,
     INPUT_PURPOSE,
+    OPENAI,
     OUTPUT_PURPOSE,
     TIMESTAMPS,
     UNFINISHED,
@@ -55,9 +56,21 @@ CREATE TABLE IF NOT EXISTS batches (
     total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0,
     done_lines INTEGER NOT NULL DEFAULT 0, output_bytes INTEGER NOT NULL DEFAULT 0,
     error_bytes INTEGER NOT NULL DEFAULT 0, work_output_id TEXT NOT NULL, work_error_id TEXT NOT NULL,
-    output_file_id TEXT, error_file_id TEXT
+    output_file_id TEXT, error_file_id TEXT, origin TEXT NOT NULL DEFAULT 'openai'
+);
+CREATE TABLE IF NOT EXISTS datasets (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, owner TEXT NOT NULL, name TEXT NOT NULL,
+    dataset_type TEXT NOT NULL, created_at INTEGER NOT NULL, validation_status TEXT NOT NULL, validation_error TEXT,
+    warnings TEXT NOT NULL, schema TEXT NOT NULL, preserve_fields TEXT NOT NULL, rows INTEGER NOT NULL,
+    bytes INTEGER NOT NULL, samples TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS embed_jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, owner TEXT NOT NULL, name TEXT,
+    batch_id TEXT NOT NULL, input_dataset_id TEXT NOT NULL, output_dataset_id TEXT, model TEXT NOT NULL,
+    input_type TEXT NOT NULL, embedding_types TEXT NOT NULL, truncate TEXT NOT NULL, created_at INTEGER NOT NULL
 );
 """
+ADDED_COLUMNS = {"batches": {"origin": "TEXT NOT NULL DEFAULT 'openai'"}}  # a data folder of an older version
 COPY_BYTES = 1 << 20
 MAX_PAGE = 10_000  # the most objects one list answers (OpenAI's files list allows as many)
 
@@ -95,13 +108,18 @@ class BatchStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
+        for table, columns in ADDED_COLUMNS.items():
+            present = {row["name"] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            for name, declared in columns.items():
+                if name not in present:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declared}")
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -111,7 +129,7 @@ class BatchStore:
                 raise
             self._db.execute("COMMIT")
 
-    def _one(self, query: str, *args: Any) -> sqlite3.Row | None:
+    def one(self, query: str, *args: Any) -> sqlite3.Row | None:
         with self._lock:
             row: sqlite3.Row | None = self._db.execute(query, args).fetchone()
             return row
@@ -149,14 +167,8 @@ class BatchStore:
                     f"the file holds {lines} requests; the limit is {self.settings.batch_max_file_lines} "
                     f"({Settings.named('batch_max_file_lines')})"
                 )
-            with self._transaction() as db:
-                stored = db.execute("SELECT COALESCE(SUM(bytes), 0) FROM files").fetchone()[0] + self._work_bytes(db)
-                if stored + size > self.settings.batch_max_stored_bytes:
-                    raise PayloadTooLarge(
-                        f"{stored} bytes are stored already and the file has {size}; the limit is "
-                        f"{self.settings.batch_max_stored_bytes} ({Settings.named('batch_max_stored_bytes')}): "
-                        "delete files first"
-                    )
+            with self.transaction() as db:
+                self.check_room(db, size, "the file")
                 record = FileRecord(file_id, owner, filename, purpose, size, lines, now())
                 partial.rename(self.path_of(file_id))
                 self._insert_file(db, record)
@@ -165,12 +177,24 @@ class BatchStore:
         return record
 
     @staticmethod
-    def _work_bytes(db: sqlite3.Connection) -> int:
-        """Bytes the unfinished batches' output and error files hold so far."""
+    def stored_bytes(db: sqlite3.Connection) -> int:
+        """Bytes the data folder holds: files, datasets' parts, and what unfinished batches wrote so far."""
+        unfinished = statuses(UNFINISHED)
         query = (
-            f"SELECT COALESCE(SUM(output_bytes + error_bytes), 0) FROM batches WHERE status IN {statuses(UNFINISHED)}"
+            "SELECT (SELECT COALESCE(SUM(bytes), 0) FROM files) + (SELECT COALESCE(SUM(bytes), 0) FROM datasets) + "
+            f"(SELECT COALESCE(SUM(output_bytes + error_bytes), 0) FROM batches WHERE status IN {unfinished})"
         )
         return int(db.execute(query).fetchone()[0])
+
+    def check_room(self, db: sqlite3.Connection, size: int, what: str) -> None:
+        """413 unless ``size`` more bytes keep the folder within ``batch_max_stored_bytes``."""
+        stored = self.stored_bytes(db)
+        if stored + size > self.settings.batch_max_stored_bytes:
+            raise PayloadTooLarge(
+                f"{stored} bytes are stored already and {what} has {size}; the limit is "
+                f"{self.settings.batch_max_stored_bytes} ({Settings.named('batch_max_stored_bytes')}): "
+                "delete files or datasets first"
+            )
 
     @staticmethod
     def _insert_file(db: sqlite3.Connection, record: FileRecord) -> None:
@@ -180,7 +204,7 @@ class BatchStore:
         )
 
     def file(self, owner: str, file_id: str) -> FileRecord:
-        row = self._one("SELECT * FROM files WHERE id = ? AND owner = ?", file_id, owner)
+        row = self.one("SELECT * FROM files WHERE id = ? AND owner = ?", file_id, owner)
         if row is None:
             raise ResourceNotFound(f"no file with id {file_id!r}")
         return FileRecord.of(row)
@@ -189,10 +213,10 @@ class BatchStore:
         self, owner: str, after: str | None, limit: int, order: str = "desc", purpose: str | None = None
     ) -> tuple[list[FileRecord], bool]:
         """A page of the owner's files by creation (``order``), after the file ``after``; and whether more follow."""
-        rows = self._page("files", owner, after, limit, order, ("purpose", purpose) if purpose else None)
+        rows = self.page("files", owner, after, limit, order, ("purpose", purpose) if purpose else None)
         return [FileRecord.of(row) for row in rows[:limit]], len(rows) > limit
 
-    def _page(
+    def page(
         self, table: str, owner: str, after: str | None, limit: int, order: str, where: tuple[str, str] | None = None
     ) -> list[sqlite3.Row]:
         if not 1 <= limit <= MAX_PAGE:
@@ -202,7 +226,7 @@ class BatchStore:
             clauses.append(f"{where[0]} = ?")
             args.append(where[1])
         if after is not None:
-            cursor = self._one(f"SELECT seq FROM {table} WHERE id = ? AND owner = ?", after, owner)
+            cursor = self.one(f"SELECT seq FROM {table} WHERE id = ? AND owner = ?", after, owner)
             if cursor is None:
                 raise ResourceNotFound(f"'after' names no object of this list: {after!r}")
             clauses.append("seq > ?" if order == "asc" else "seq < ?")
@@ -213,7 +237,7 @@ class BatchStore:
             return list(self._db.execute(query, (*args, limit + 1)).fetchall())
 
     def delete_file(self, owner: str, file_id: str) -> None:
-        with self._transaction() as db:
+        with self.transaction() as db:
             self.file(owner, file_id)
             query = f"SELECT id FROM batches WHERE input_file_id = ? AND status IN {statuses(UNFINISHED)}"
             running = db.execute(query, (file_id,)).fetchone()
@@ -227,47 +251,63 @@ class BatchStore:
     def create_batch(
         self, owner: str, input_file_id: str, endpoint: str, completion_window: str, metadata: dict[str, str] | None
     ) -> BatchRecord:
-        created = now()
-        batch_id = new_id("batch_")
-        with self._transaction() as db:
+        """An OpenAI batch of the owner's uploaded file ``input_file_id``."""
+        with self.transaction() as db:
             source = self.file(owner, input_file_id)
             if source.purpose != INPUT_PURPOSE:
                 raise BadRequest(f"file {input_file_id!r} has purpose {source.purpose!r}, not {INPUT_PURPOSE!r}")
-            query = f"SELECT COUNT(*) FROM batches WHERE status IN {statuses(UNFINISHED)}"
-            in_flight, limit = db.execute(query).fetchone()[0], self.settings.batch_max_jobs_in_flight
-            if in_flight >= limit:
-                raise Overloaded(
-                    f"{in_flight} batches have not finished; the limit is {limit} "
-                    f"({Settings.named('batch_max_jobs_in_flight')})",
-                    retry_after_s=60,
-                )
-            db.execute(
-                "INSERT INTO batches (id, owner, endpoint, input_file_id, completion_window, metadata, status, "
-                "created_at, expires_at, work_output_id, work_error_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    batch_id, owner, endpoint, input_file_id, completion_window,
-                    None if metadata is None else json.dumps(metadata), VALIDATING,
-                    created, created + COMPLETION_WINDOWS[completion_window], new_id("file-"), new_id("file-"),
-                ),
-            )  # fmt: skip
+            batch_id = self.insert_batch(db, owner, input_file_id, endpoint, completion_window, metadata, OPENAI)
         return self.batch(batch_id)
 
-    def owned_batch(self, owner: str, batch_id: str) -> BatchRecord:
-        row = self._one("SELECT * FROM batches WHERE id = ? AND owner = ?", batch_id, owner)
+    def insert_batch(
+        self,
+        db: sqlite3.Connection,
+        owner: str,
+        input_file_id: str,
+        endpoint: str,
+        completion_window: str,
+        metadata: dict[str, str] | None,
+        origin: str,
+    ) -> str:
+        """A new batch (within ``batch_max_jobs_in_flight``, else 429) inside the caller's transaction; its id. A
+        batch of another ``origin`` than OpenAI's runs a job of another API: its input is a file of the folder that
+        no files list shows, and it is not one of OpenAI's batches."""
+        query = f"SELECT COUNT(*) FROM batches WHERE status IN {statuses(UNFINISHED)}"
+        in_flight, limit = db.execute(query).fetchone()[0], self.settings.batch_max_jobs_in_flight
+        if in_flight >= limit:
+            raise Overloaded(
+                f"{in_flight} batch jobs have not finished; the limit is {limit} "
+                f"({Settings.named('batch_max_jobs_in_flight')})",
+                retry_after_s=60,
+            )
+        created, batch_id = now(), new_id("batch_")
+        db.execute(
+            "INSERT INTO batches (id, owner, endpoint, input_file_id, completion_window, metadata, status, created_at, "
+            "expires_at, work_output_id, work_error_id, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                batch_id, owner, endpoint, input_file_id, completion_window,
+                None if metadata is None else json.dumps(metadata), VALIDATING,
+                created, created + COMPLETION_WINDOWS[completion_window], new_id("file-"), new_id("file-"), origin,
+            ),
+        )  # fmt: skip
+        return batch_id
+
+    def owned_batch(self, owner: str, batch_id: str, origin: str = OPENAI) -> BatchRecord:
+        row = self.one("SELECT * FROM batches WHERE id = ? AND owner = ? AND origin = ?", batch_id, owner, origin)
         if row is None:
             raise ResourceNotFound(f"no batch with id {batch_id!r}")
         return BatchRecord.of(row)
 
     def batches(self, owner: str, after: str | None, limit: int) -> tuple[list[BatchRecord], bool]:
         """A page of the owner's batches, newest first, after the batch ``after``; and whether more follow."""
-        rows = self._page("batches", owner, after, limit, "desc")
+        rows = self.page("batches", owner, after, limit, "desc", ("origin", OPENAI))
         return [BatchRecord.of(row) for row in rows[:limit]], len(rows) > limit
 
-    def cancel(self, owner: str, batch_id: str) -> BatchRecord:
+    def cancel(self, owner: str, batch_id: str, origin: str = OPENAI) -> BatchRecord:
         """A batch that has not started or is running turns ``cancelling`` (the runner ends it ``cancelled``); one
         cancelling or cancelled already stays as it is; any other is a 409."""
-        with self._transaction() as db:
-            batch = self.owned_batch(owner, batch_id)
+        with self.transaction() as db:
+            batch = self.owned_batch(owner, batch_id, origin)
             if batch.status in (VALIDATING, IN_PROGRESS):
                 stamp = TIMESTAMPS[CANCELLING]
                 db.execute(f"UPDATE batches SET status = ?, {stamp} = ? WHERE id = ?", (CANCELLING, now(), batch_id))
@@ -278,14 +318,14 @@ class BatchStore:
     # batches, as the runner sees them
 
     def batch(self, batch_id: str) -> BatchRecord:
-        row = self._one("SELECT * FROM batches WHERE id = ?", batch_id)
+        row = self.one("SELECT * FROM batches WHERE id = ?", batch_id)
         if row is None:
             raise ResourceNotFound(f"no batch with id {batch_id!r}")
         return BatchRecord.of(row)
 
     def next_unfinished(self) -> BatchRecord | None:
         """The oldest batch a runner still owes work."""
-        row = self._one(f"SELECT * FROM batches WHERE status IN {statuses(UNFINISHED)} ORDER BY seq LIMIT 1")
+        row = self.one(f"SELECT * FROM batches WHERE status IN {statuses(UNFINISHED)} ORDER BY seq LIMIT 1")
         return None if row is None else BatchRecord.of(row)
 
     def move(self, batch_id: str, status: str, from_statuses: tuple[str, ...], **fields: Any) -> bool:
@@ -295,7 +335,7 @@ class BatchStore:
             values[TIMESTAMPS[status]] = now()
         assignments = ", ".join(f"{name} = ?" for name in values)
         query = f"UPDATE batches SET {assignments} WHERE id = ? AND status IN {statuses(from_statuses)}"
-        with self._transaction() as db:
+        with self.transaction() as db:
             return db.execute(query, (*values.values(), batch_id)).rowcount == 1
 
     def work_paths(self, batch: BatchRecord) -> tuple[Path, Path]:
@@ -324,7 +364,7 @@ class BatchStore:
                 work.flush()
                 os.fsync(work.fileno())
             sizes.append(committed + len(content))
-        with self._transaction() as db:
+        with self.transaction() as db:
             db.execute(
                 "UPDATE batches SET done_lines = ?, output_bytes = ?, error_bytes = ?, completed = completed + ?, "
                 "failed = failed + ? WHERE id = ?",
@@ -334,11 +374,17 @@ class BatchStore:
 
     def finish(self, batch_id: str, status: str) -> None:
         """End a batch ``status`` (completed, cancelled, expired): its non-empty work files become its output and
-        error files, in the same transaction."""
+        error files, in the same transaction. Another API's batch lists no files: its work files and input go (that
+        API's finalizer has kept what it answers with)."""
         assert status in FINISHED
         batch = self.batch(batch_id)
+        if batch.origin != OPENAI:
+            self.move(batch_id, status, UNFINISHED)
+            for path in (*self.work_paths(batch), self.path_of(batch.input_file_id)):
+                path.unlink(missing_ok=True)
+            return
         listed: dict[str, str | None] = {"output_file_id": None, "error_file_id": None}
-        with self._transaction() as db:
+        with self.transaction() as db:
             for field, file_id, size, lines in (
                 ("output_file_id", batch.work_output_id, batch.output_bytes, batch.completed),
                 ("error_file_id", batch.work_error_id, batch.error_bytes, batch.failed),

@@ -28,9 +28,11 @@ LINES = 2000
 
 
 @contextmanager
-def service_process(bundle: Path, data_dir: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
+def service_process(
+    bundle: Path, data_dir: Path, port: int, name: str = "sentiment"
+) -> Iterator[subprocess.Popen[bytes]]:
     command = [
-        sys.executable, "-m", "service", "--model", f"sentiment={bundle}", "--data-dir", str(data_dir),
+        sys.executable, "-m", "service", "--model", f"{name}={bundle}", "--data-dir", str(data_dir),
         "--port", str(port), "--intra-op-threads", "1", "--model-workers", "1", "--no-tune",
         "--batch-chunk-lines", "8", "--log-level", "warning", "--no-access-log",
     ]  # fmt: skip

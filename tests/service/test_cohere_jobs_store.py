@@ -1,0 +1,102 @@
+"""Cohere's datasets and embed jobs in the batch store, without a server: a job's output made twice (a process killed
+while finalizing) is one dataset; a row the model refused is left out with a warning; signed part URLs expire and
+name one dataset; a data folder of the version before embed jobs opens with its batches as OpenAI's."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from service.batch.cohere_jobs import COHERE_EMBED_JOB, CohereJobs
+from service.batch.dataset_rows import RowRules, read_rows
+from service.batch.lines import answered
+from service.batch.records import FINALIZING, IN_PROGRESS, VALIDATING
+from service.batch.store import BatchStore
+from service.errors import ResourceNotFound
+from service.settings import Settings
+
+LINE = {"model": "embed", "input_type": "clustering", "embedding_types": ["float", "ubinary"], "truncate": "END"}
+
+
+def open_jobs(folder: Path) -> CohereJobs:
+    return CohereJobs(BatchStore(folder, Settings(data_dir=folder)))  # type: ignore[call-arg]
+
+
+def dataset_of(jobs: CohereJobs, texts: list[str]) -> str:
+    rows = b"".join(json.dumps({"text": text, "n": n}).encode() + b"\n" for n, text in enumerate(texts))
+    rules = RowRules("embed-input", keep_fields=("n",))
+    return jobs.add("", "texts", rules, "rows.jsonl", io.BytesIO(rows)).id
+
+
+def test_finalizing_twice_makes_one_output_without_the_refused_row(tmp_path: Path) -> None:
+    jobs = open_jobs(tmp_path)
+    job = jobs.create_job("", dataset_of(jobs, ["a", "b", "c"]), LINE, "twice")
+    batch = jobs.store.batch(job.batch_id)
+    assert batch.origin == COHERE_EMBED_JOB and batch.endpoint == "/v1/embed"
+    jobs.store.move(batch.id, IN_PROGRESS, (VALIDATING,), total=3)
+    jobs.store.resume(batch)
+    output = b"".join(
+        answered(batch.id, n, str(n), 200, {"embeddings": {"float": [[float(n), 0.5]], "ubinary": [[n]]}})
+        for n in (0, 2)
+    )
+    error = answered(batch.id, 1, "1", 400, {"message": "too long"})
+    batch = jobs.store.commit_chunk(jobs.store.batch(batch.id), 3, output, error, 2, 1)
+    jobs.store.move(batch.id, FINALIZING, (IN_PROGRESS,))
+    jobs.finalize(batch)
+    jobs.finalize(jobs.store.batch(batch.id))  # the process was killed after the first: the runner runs it again
+    datasets = jobs.datasets("", "embed-result", None, 10, 0)
+    assert [dataset.id for dataset in datasets] == [job.output_dataset_id]
+    (result,) = datasets
+    assert (result.name, result.rows, json.loads(result.warnings)) == (
+        "twice-output", 2, ["row 2 was not embedded: 400: too long"],
+    )  # fmt: skip
+    rows = list(read_rows(jobs.part_path(result.id)))
+    assert rows == [
+        {"text": "a", "embeddings": {"float": [0.0, 0.5], "ubinary": [0]}, "n": 0},
+        {"text": "c", "embeddings": {"float": [2.0, 0.5], "ubinary": [2]}, "n": 2},
+    ]
+
+
+def test_part_urls_are_signed_for_one_dataset_and_expire(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    jobs = open_jobs(tmp_path)
+    first, second = dataset_of(jobs, ["a"]), dataset_of(jobs, ["b"])
+    url = jobs.part_url("http://server/", first)
+    query = dict(part.split("=") for part in url.split("?")[1].split("&"))
+    expires, signature = int(query["expires"]), query["signature"]
+    assert url.startswith(f"http://server/v1/dataset-parts/{first}?")
+    assert jobs.signed_part(first, expires, signature) == jobs.part_path(first)
+    for dataset, stamp, signed in ((second, expires, signature), (first, expires + 1, signature)):
+        with pytest.raises(ResourceNotFound):
+            jobs.signed_part(dataset, stamp, signed)
+    assert open_jobs(tmp_path).signed_part(first, expires, signature)  # the key is the folder's: a restart keeps it
+    monkeypatch.setattr(time, "time", lambda: expires + 1.0)
+    with pytest.raises(ResourceNotFound):
+        jobs.signed_part(first, expires, signature)
+
+
+def test_a_data_folder_from_before_embed_jobs_opens_with_its_batches_as_openais(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "batches.sqlite3") as db:
+        db.execute(
+            "CREATE TABLE batches (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, owner TEXT NOT NULL,"
+            " endpoint TEXT NOT NULL, input_file_id TEXT NOT NULL, completion_window TEXT NOT NULL, metadata TEXT, "
+            "status TEXT NOT NULL, errors TEXT, created_at INTEGER NOT NULL, in_progress_at INTEGER, expires_at "
+            "INTEGER NOT NULL, finalizing_at INTEGER, completed_at INTEGER, failed_at INTEGER, expired_at INTEGER, "
+            "cancelling_at INTEGER, cancelled_at INTEGER, total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL "
+            "DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0, done_lines INTEGER NOT NULL DEFAULT 0, output_bytes INTEGER "
+            "NOT NULL DEFAULT 0, error_bytes INTEGER NOT NULL DEFAULT 0, work_output_id TEXT NOT NULL, work_error_id "
+            "TEXT NOT NULL, output_file_id TEXT, error_file_id TEXT)"
+        )
+        db.execute(
+            "INSERT INTO batches (id, owner, endpoint, input_file_id, completion_window, status, created_at, "
+            "expires_at, work_output_id, work_error_id) VALUES ('batch_old', '', '/v1/embeddings', 'file-x', '24h', "
+            "'completed', 1, 2, 'file-o', 'file-e')"
+        )
+    store = open_jobs(tmp_path).store
+    batches, _ = store.batches("", None, 10)
+    assert [(batch.id, batch.origin) for batch in batches] == [("batch_old", "openai")]
+    assert store.owned_batch("", "batch_old").status == "completed"
