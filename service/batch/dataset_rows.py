@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,10 @@ FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # Avro's names
 MAX_WARNINGS = 10  # dropped rows named one by one; the rest counted
 SAMPLES = 3  # rows a dataset part shows as samples
 READ_BYTES = 1 << 20
+# What fastavro raises on a file that is not Avro, or is damaged (found by mutating valid files: a damaged header,
+# schema, block count or deflate block).
+AVRO_ERRORS = (ValueError, EOFError, KeyError, IndexError, TypeError, zlib.error,
+               fastavro.schema.SchemaParseException, fastavro.read.SchemaResolutionError)  # fmt: skip
 
 
 class Malformed(ValueError):
@@ -140,6 +145,22 @@ def _row(rules: RowRules, raw: Any) -> dict[str, Any]:
         raise raw
     if not isinstance(raw, dict):
         raise Malformed("it is not an object")
+    row = _fields(rules, raw)
+    for name, value in row.items():
+        if isinstance(value, str) and not _unicode(value):
+            raise Malformed(f"field '{name}' holds a lone surrogate (not Unicode text)")
+    return row
+
+
+def _unicode(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _fields(rules: RowRules, raw: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {}
     for name in rules.required:
         value = raw.get(name)
@@ -152,6 +173,8 @@ def _row(rules: RowRules, raw: Any) -> dict[str, Any]:
             raise Malformed(f"kept field '{name}' is missing")
         if value is not None and not isinstance(value, str | int | float | bool):
             raise Malformed(f"field '{name}' is not a string, number or boolean")
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            raise Malformed(f"field '{name}' is an integer past 64 bits")
         row[name] = value
     return row
 
@@ -176,6 +199,8 @@ def _jsonl(upload: IO[bytes]) -> Iterator[Any]:
                 yield json.loads(line)
             except ValueError as exc:
                 yield Malformed(f"it is not JSON ({exc})")
+            except RecursionError:
+                yield Malformed("it is nested too deeply")
 
 
 def _csv(upload: IO[bytes], delimiter: str) -> Iterator[Any]:
@@ -204,7 +229,7 @@ def _split(upload: IO[bytes], separator: str) -> Iterator[str]:
 def _avro(upload: IO[bytes]) -> Iterator[Any]:
     try:
         yield from fastavro.reader(upload)
-    except (ValueError, EOFError, fastavro.read.SchemaResolutionError) as exc:
+    except AVRO_ERRORS as exc:
         raise Malformed(f"the Avro file cannot be read: {type(exc).__name__}") from None
 
 

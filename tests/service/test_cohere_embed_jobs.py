@@ -5,6 +5,7 @@ embed job's output is the online ``/v1/embed`` route (itself checked against sen
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import signal
@@ -14,8 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import httpx
 import numpy as np
+import openai
 import pytest
 
 from tests.service.apptools import free_port, real_server_for
@@ -113,9 +116,11 @@ def test_an_embed_job_answers_each_row_as_the_embed_route_does(server: str, tmp_
     assert all(isinstance(row["embeddings"]["base64"], str) for row in got)
     listed = co.embed_jobs.list().embed_jobs
     assert done.job_id in [item.job_id for item in listed]
+    batches = openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0)
+    assert batches.batches.list().data == [] and batches.files.list().data == []  # a job's batch is not OpenAI's
 
 
-def test_csv_and_txt_uploads_and_dropped_rows(server: str, tmp_path: Path) -> None:
+def test_csv_txt_and_avro_uploads_and_dropped_rows(server: str, tmp_path: Path) -> None:
     co = client(server)
     csv_rows = b"text;topic\n" + b"".join(f"{text};t{n}\n".encode() for n, text in enumerate(TEXTS))
     created = co.datasets.create(name="csv", type="embed-input", data=("rows.csv", csv_rows), csv_delimiter=";",
@@ -126,6 +131,18 @@ def test_csv_and_txt_uploads_and_dropped_rows(server: str, tmp_path: Path) -> No
     text_file = "\n--\n".join(TEXTS).encode()
     created = co.datasets.create(name="txt", type="embed-input", data=("rows.txt", text_file), text_separator="\n--\n")
     assert [row["text"] for row in saved_rows(co, co.wait(created).dataset, tmp_path)] == TEXTS
+
+    avro = io.BytesIO()
+    schema = {
+        "type": "record",
+        "name": "Row",
+        "fields": [{"name": "text", "type": "string"}, {"name": "n", "type": "long"}],
+    }
+    fastavro.writer(avro, fastavro.parse_schema(schema), [{"text": text, "n": n} for n, text in enumerate(TEXTS)])
+    created = co.datasets.create(name="avro", type="embed-input", data=("rows.avro", avro.getvalue()), keep_fields="n")
+    assert saved_rows(co, co.wait(created).dataset, tmp_path) == [{"text": t, "n": n} for n, t in enumerate(TEXTS)]
+    damaged = co.datasets.create(name="bad", type="embed-input", data=("rows.avro", avro.getvalue()[:-9]))
+    assert co.datasets.get(damaged.id).dataset.validation_error == "the Avro file cannot be read: ValueError"
 
     rows = [b"{not json", {"text": ""}, {"text": 5}, {"text": TEXTS[0]}, {"other": "x"}]
     created = co.datasets.create(name="messy", type="embed-input", data=("rows.jsonl", jsonl(rows)),
@@ -143,6 +160,14 @@ def test_csv_and_txt_uploads_and_dropped_rows(server: str, tmp_path: Path) -> No
         co.wait(created)
     assert co.datasets.get(co.datasets.create(name="x", type="embed-input", data=("rows.xml", b"<a/>")).id).dataset \
         .validation_error.startswith("the file's name ends .xml")  # fmt: skip
+    failed_ids = {dataset.id for dataset in co.datasets.list(validation_status="failed").datasets}
+    assert {created.id, damaged.id} <= failed_ids
+    assert all(
+        dataset.validation_status == "failed" for dataset in co.datasets.list(validation_status="failed").datasets
+    )
+    assert all(
+        dataset.dataset_type == "embed-result" for dataset in co.datasets.list(dataset_type="embed-result").datasets
+    )
 
 
 def test_refusals_name_what_is_wrong(server: str) -> None:

@@ -1,6 +1,7 @@
 """Cohere's datasets and embed jobs in the batch store, without a server: a job's output made twice (a process killed
 while finalizing) is one dataset; a row the model refused is left out with a warning; signed part URLs expire and
-name one dataset; a data folder of the version before embed jobs opens with its batches as OpenAI's."""
+name one dataset; a data folder of the version before embed jobs opens with its batches as OpenAI's; rows Avro cannot
+hold and damaged Avro uploads are malformed, never a server error."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import json
 import sqlite3
 import time
 from pathlib import Path
+from random import Random
 
+import fastavro
 import pytest
 
 from service.batch.cohere_jobs import COHERE_EMBED_JOB, CohereJobs
-from service.batch.dataset_rows import RowRules, read_rows
+from service.batch.dataset_rows import Malformed, RowRules, read_rows, write_rows
 from service.batch.lines import answered
 from service.batch.records import FINALIZING, IN_PROGRESS, VALIDATING
 from service.batch.store import BatchStore
@@ -100,3 +103,44 @@ def test_a_data_folder_from_before_embed_jobs_opens_with_its_batches_as_openais(
     batches, _ = store.batches("", None, 10)
     assert [(batch.id, batch.origin) for batch in batches] == [("batch_old", "openai")]
     assert store.owned_batch("", "batch_old").status == "completed"
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b"[" * 100_000, "nested too deeply"),
+        (b'{"text": "a", "n": 99999999999999999999999}', "integer past 64 bits"),
+        (b'{"text": "a\\ud800"}', "lone surrogate"),
+        (b'{"text": "a", "n": {"deep": 1}}', "not a string, number or boolean"),
+        (b'{"text": "   "}', "'text' must be a non-empty string"),
+    ],
+)
+def test_rows_avro_cannot_hold_are_malformed(line: bytes, reason: str, tmp_path: Path) -> None:
+    rules = RowRules("embed-input", optional_fields=("n",))
+    with pytest.raises(Malformed, match=reason):
+        write_rows(rules, "rows.jsonl", io.BytesIO(line + b"\n"), tmp_path / "part.avro")
+
+
+def test_damaged_avro_uploads_are_malformed_never_another_error(tmp_path: Path) -> None:
+    """Valid Avro files with a few bytes changed or cut (header, schema, block counts, deflate blocks): fastavro's
+    errors are many kinds, and each must read as the dataset's validation error."""
+    schema = {"type": "record", "name": "Row", "fields": [
+        {"name": "text", "type": "string"}, {"name": "n", "type": ["null", "long", {"type": "map", "values": "int"}]},
+    ]}  # fmt: skip
+    rules, rng, outcomes = RowRules("embed-input", optional_fields=("n",), skip_malformed_input=True), Random(7), set()
+    for codec in ("null", "deflate"):
+        written = io.BytesIO()
+        rows = [{"text": f"row {n}", "n": n if n % 2 else {"k": n}} for n in range(40)]
+        fastavro.writer(written, fastavro.parse_schema(schema), rows, codec=codec)
+        for _ in range(1500):
+            damaged = bytearray(written.getvalue())
+            for _ in range(rng.randint(1, 4)):
+                damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+            try:
+                write_rows(
+                    rules, "rows.avro", io.BytesIO(bytes(damaged[: rng.randint(1, len(damaged))])), tmp_path / "p"
+                )
+                outcomes.add("read")
+            except Malformed:
+                outcomes.add("malformed")
+    assert "malformed" in outcomes
