@@ -401,11 +401,13 @@ class BatchStore:
                 self.path_of(file_id).unlink(missing_ok=True)
 
     def fail(self, batch_id: str, code: str, message: str) -> None:
-        """End a batch ``failed`` with one error (its input could not be read); its work files go."""
+        """End a batch ``failed`` with one error (its input could not be read); its work files go (and another API's
+        input, which no files list shows)."""
         errors = json.dumps([{"code": code, "message": message, "param": None, "line": None}])
         self.move(batch_id, FAILED, UNFINISHED, errors=errors)
         batch = self.batch(batch_id)
-        for path in self.work_paths(batch):
+        internal = (self.path_of(batch.input_file_id),) if batch.origin != OPENAI else ()
+        for path in (*self.work_paths(batch), *internal):
             path.unlink(missing_ok=True)
 
     def finalizing(self, batch_id: str) -> bool:

@@ -144,3 +144,23 @@ def test_damaged_avro_uploads_are_malformed_never_another_error(tmp_path: Path) 
             except Malformed:
                 outcomes.add("malformed")
     assert "malformed" in outcomes
+
+
+def test_a_failed_or_cancelled_job_leaves_no_files_of_its_batch(tmp_path: Path) -> None:
+    jobs = open_jobs(tmp_path)
+    for end in ("failed", "cancelled"):
+        job = jobs.create_job("", dataset_of(jobs, ["a", "b"]), LINE, end)
+        batch = jobs.store.batch(job.batch_id)
+        jobs.store.resume(batch)  # the runner's work files, as a started batch has them
+        batch_files = [jobs.store.path_of(batch.input_file_id), *jobs.store.work_paths(batch)]
+        assert all(path.exists() for path in batch_files)
+        if end == "failed":
+            jobs.store.fail(batch.id, "batch_failed", "the input could not be read")
+        else:
+            jobs.cancel_job("", job.id)
+            assert jobs.job("", job.id)[0].as_object(jobs.store.batch(batch.id))["status"] == "cancelling"
+            jobs.store.finish(batch.id, "cancelled")
+        record, ended = jobs.job("", job.id)
+        assert (record.as_object(ended)["status"], record.as_object(ended)["output_dataset_id"]) == (end, None)
+        assert not any(path.exists() for path in batch_files)
+    assert jobs.store.files("", None, 10)[0] == []  # none of them is an OpenAI file

@@ -257,10 +257,11 @@ def test_the_openapi_document_declares_every_inference_route(client: TestClient)
     spec = client.get("/openapi.json").json()
     posted = {path for path, operations in spec["paths"].items() if "post" in operations}
     # TEI's /tokenize and /decode and Cohere's /v1/tokenize and /v1/detokenize run no model, nor do the model
-    # repository's, the log and trace settings', the shared memory regions' and the Batch API's routes (a batch's
-    # lines run later, in the batch runner): FastAPI serves them
+    # repository's, the log and trace settings', the shared memory regions', the Batch API's and Cohere's dataset and
+    # embed job routes (a batch's or a job's lines run later, in the batch runner): FastAPI serves them
     repository = {"/v2/repository/index", "/v2/repository/models/{name}/load", "/v2/repository/models/{name}/unload"}
     batch = {"/v1/files", "/v1/batches", "/v1/batches/{batch_id}/cancel"}
+    batch |= {"/v1/datasets", "/v1/embed-jobs", "/v1/embed-jobs/{id}/cancel"}
     tokenizers = {"/tokenize", "/decode", "/v1/tokenize", "/v1/detokenize"}
     settings = {"/v2/logging", "/v2/trace/setting", "/v2/models/{name}/trace/setting"}
     regions = {f"/v2/{kind}sharedmemory{region}/{action}" for kind in ("system", "cuda")
