@@ -29,6 +29,8 @@ from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+import orjson
+
 from service.batch.dataset_rows import (
     EMBED_INPUT,
     EMBED_RESULT,
@@ -274,7 +276,7 @@ class CohereJobs:
                 for number, row in enumerate(read_rows(self.part_path(dataset_id))):
                     line = {"custom_id": str(number), "method": "POST", "url": EMBED_URL,
                             "body": body | {"texts": [row["text"]]}}  # fmt: skip
-                    out.write(json.dumps(line, ensure_ascii=False).encode() + b"\n")
+                    out.write(orjson.dumps(line) + b"\n")
             _sync(lines)
             job = EmbedJobRecord(
                 str(uuid.uuid4()), owner, name, "", dataset_id, f"{dataset_id}-embeddings-{secrets.token_hex(4)}",
@@ -357,7 +359,7 @@ def _entries(path: Path) -> Iterator[dict[str, Any]]:
         return
     with path.open("rb") as lines:
         for line in lines:
-            yield json.loads(line)
+            yield orjson.loads(line)  # an output file holds every row's vectors: ~3x json's speed
 
 
 def _reason(entry: dict[str, Any]) -> str:
