@@ -249,3 +249,22 @@ def test_the_readme_batch_example_runs(server: str, capsys: pytest.CaptureFixtur
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("completed") and "completed=3" in printed[0]
     assert [line.split()[:2] for line in printed[1:]] == [[f"review-{n}", "200"] for n in range(3)]
+
+
+def test_cohere_classify_lines_answer_as_the_online_route(server: str) -> None:
+    """Cohere's /v1/classify reads its body with its own decoder (the model's score function): a batch line does too."""
+    client = client_for(server)
+    bodies = [{"model": "sentiment", "inputs": SENTENCES[:2]}, {"inputs": [SENTENCES[2]]}]
+    lines = [request_line(f"c{n}", body, url="/v1/classify") for n, body in enumerate(bodies)]
+    uploaded = client.files.create(file=("classify.jsonl", jsonl(lines)), purpose="batch")
+    endpoint: Any = "/v1/classify"
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint=endpoint, completion_window="24h")
+    done = wait_until_finished(client, batch.id)
+    answers = {entry["custom_id"]: entry["response"]["body"] for entry in entries(client, done.output_file_id)}
+    for n, body in enumerate(bodies):
+        online = httpx.post(f"{server}/v1/classify", json=body).json()
+        for answer in (online, answers[f"c{n}"]):  # each answer and classification has an id of its own
+            answer.pop("id")
+            for item in answer["classifications"]:
+                item.pop("id")
+        assert answers[f"c{n}"] == online
