@@ -54,7 +54,7 @@ router = APIRouter(tags=["cohere jobs"])
 DATASETS_PATH = "/v1/datasets"
 EMBED_ROUTE = next(route for route in cohere.PROTOCOL.routes if route.path == "/v1/embed")
 AVRO_MEDIA_TYPE = "application/octet-stream"  # Avro bytes, as a file download (generated clients take it)
-TRUE = ("true", "1")
+MAX_OFFSET = 1 << 31  # SQLite's integers are 64-bit: a larger offset is a 422, not an overflow
 UPLOAD_BODY = {
     "requestBody": {
         "required": True,
@@ -111,11 +111,12 @@ def dataset_upload(jobs: CohereJobs, settings: Settings) -> Any:
         if len(delimiter) != 1:
             raise BadRequest(f"csv_delimiter must be one character, not {delimiter!r}")
         separator = query.get("text_separator") or "\n"
+        _flag(query.get("keep_original_file"), "keep_original_file")  # taken, and not kept
         rules = RowRules(
             dataset_type,
             keep_fields=_listed(query.getlist("keep_fields")),
             optional_fields=_listed(query.getlist("optional_fields")),
-            skip_malformed_input=query.get("skip_malformed_input", "").lower() in TRUE,
+            skip_malformed_input=_flag(query.get("skip_malformed_input"), "skip_malformed_input"),
             text_separator=separator,
             csv_delimiter=delimiter,
         )
@@ -125,6 +126,15 @@ def dataset_upload(jobs: CohereJobs, settings: Settings) -> Any:
         return {"id": record.id}
 
     return read
+
+
+def _flag(value: str | None, name: str) -> bool:
+    """A boolean query parameter: true or false (left out: false)."""
+    if value is None or value.lower() == "false":
+        return False
+    if value.lower() == "true":
+        return True
+    raise BadRequest(f"{name} must be true or false, not {value!r}")
 
 
 def _listed(values: list[str]) -> tuple[str, ...]:
@@ -158,7 +168,7 @@ async def list_datasets(
     dataset_type: str | None = Query(None, alias="datasetType"),
     validation_status: str | None = Query(None, alias="validationStatus"),
     limit: int = Query(default=100, ge=1, le=1000),
-    offset: int = Query(default=0, ge=0),
+    offset: int = Query(default=0, ge=0, le=MAX_OFFSET),
 ) -> dict[str, Any]:
     """This key's datasets, newest first; of a type and validation status when given."""
     jobs, owner = jobs_of(request)

@@ -171,7 +171,8 @@ class CohereJobs:
 
     def signed_part(self, dataset_id: str, expires: int, signature: str) -> Path:
         """The part a URL names, if its signature holds and it has not expired (404 alike otherwise)."""
-        valid = hmac.compare_digest(self._sign(dataset_id, expires), signature) and expires >= time.time()
+        signed = hmac.compare_digest(self._sign(dataset_id, expires).encode(), signature.encode())
+        valid = signed and expires >= time.time()
         row = self.store.one("SELECT id FROM datasets WHERE id = ? AND validation_status = ?", dataset_id, VALIDATED)
         if not valid or row is None:
             raise ResourceNotFound("no dataset part at this URL (or its signature has expired: get the dataset again)")

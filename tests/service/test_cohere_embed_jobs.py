@@ -181,6 +181,11 @@ def test_refusals_name_what_is_wrong(server: str) -> None:
     with pytest.raises(cohere.core.ApiError) as refused:
         co.embed_jobs.create(model="embed", dataset_id="no-such-dataset", input_type="clustering")
     assert refused.value.status_code == 404
+    keyed = {"Authorization": f"Bearer {KEY}"}
+    flag = httpx.post(f"{server}/v1/datasets", params={"name": "n", "type": "embed-input", "skip_malformed_input": "1"},
+                      files={"data": ("r.jsonl", b'{"text": "a"}')}, headers=keyed)  # fmt: skip
+    assert flag.status_code == 400 and "skip_malformed_input must be true or false" in flag.text
+    assert httpx.get(f"{server}/v1/datasets", params={"offset": 1 << 70}, headers=keyed).status_code == 422
     dataset = co.datasets.create(name="ok", type="embed-input", data=("r.jsonl", jsonl([{"text": "a"}])))
     with pytest.raises(cohere.core.ApiError) as refused:
         co.embed_jobs.create(model="nope", dataset_id=dataset.id, input_type="clustering")
@@ -217,6 +222,7 @@ def test_cancel_and_delete_and_keys(server: str) -> None:
     url = co.datasets.get(dataset.id).dataset.dataset_parts[0].url
     assert httpx.get(url).status_code == 200  # no key: the signature is the credential
     assert httpx.get(url.replace("signature=", "signature=0")).status_code == 404
+    assert httpx.get(url.split("signature=")[0] + "signature=é").status_code == 404  # found by fuzzing: was a 500
     co.datasets.delete(dataset.id)
     assert httpx.get(url).status_code == 404
     assert co.datasets.get_usage().organization_usage < usage
