@@ -5,11 +5,12 @@
   as Cohere's. Its part is downloaded at a signed URL (``part_url``): the ``cohere`` client fetches parts without
   its API key, as it fetches Cohere's own signed URLs; the signature (HMAC-SHA256 under a key kept in the data
   folder) names the dataset and an expiry.
-- An embed job is a batch of origin ``COHERE_EMBED_JOB``: each row of its input dataset one ``/v1/embed`` line, so it
-  runs on spare capacity, resumes after a restart and is cancelled as any batch is. When its lines are answered,
-  ``finalize`` writes the output dataset (``embed-result``: each row's text, its embeddings by type and the input's
-  preserved fields, in the input's order; a row the model refused is left out with a warning naming it) while the
-  batch is still finalizing, so a process killed there writes it again.
+- An embed job is a batch of origin ``COHERE_EMBED_JOB``: its input dataset's rows in ``/v1/embed`` lines of up to
+  ``LINE_ROWS`` texts (a line's ``custom_id`` names its rows, ``"16-32"``), so it runs on spare capacity, resumes
+  after a restart and is cancelled as any batch is. When its lines are answered, ``finalize`` writes the output
+  dataset (``embed-result``: each row's text, its embeddings by type and the input's preserved fields, in the
+  input's order; the rows of a line the model refused are left out with a warning naming them) while the batch is
+  still finalizing, so a process killed there writes it again.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ COHERE_EMBED_JOB = "cohere_embed_job"  # the origin of the batches that run embe
 EMBED_URL, JOB_WINDOW = "/v1/embed", "24h"
 VALIDATED, VALIDATION_FAILED = "validated", "failed"
 PART_URL_TTL_S = 24 * 3600
+LINE_ROWS = 16  # rows a /v1/embed line carries: the batcher regroups rows anyway; fewer lines, less work a row
 PART_PATH = "/v1/dataset-parts/"  # + dataset id: the signed download route (the API key does not guard it)
 SLUG = re.compile(r"[^a-z0-9]+")
 
@@ -262,8 +264,8 @@ class CohereJobs:
     # embed jobs
 
     def create_job(self, owner: str, dataset_id: str, body: dict[str, Any], name: str | None) -> EmbedJobRecord:
-        """An embed job of the owner's validated embed-input dataset (blocking): each row a ``/v1/embed`` line of
-        ``body`` (model, input_type, embedding_types, truncate) with the row's text."""
+        """An embed job of the owner's validated embed-input dataset (blocking): its rows in ``/v1/embed`` lines of
+        ``body`` (model, input_type, embedding_types, truncate) with their texts."""
         dataset = self.dataset(owner, dataset_id)
         if dataset.dataset_type != EMBED_INPUT or dataset.validation_status != VALIDATED:
             raise BadRequest(
@@ -274,9 +276,9 @@ class CohereJobs:
         lines = self.store.path_of(input_id)
         try:
             with lines.open("wb") as out:
-                for number, row in enumerate(read_rows(self.part_path(dataset_id))):
-                    line = {"custom_id": str(number), "method": "POST", "url": EMBED_URL,
-                            "body": body | {"texts": [row["text"]]}}  # fmt: skip
+                for first, texts in _groups(read_rows(self.part_path(dataset_id)), self._group_limits()):
+                    line = {"custom_id": f"{first}-{first + len(texts)}", "method": "POST", "url": EMBED_URL,
+                            "body": body | {"texts": texts}}  # fmt: skip
                     out.write(orjson.dumps(line) + b"\n")
             _sync(lines)
             job = EmbedJobRecord(
@@ -293,6 +295,10 @@ class CohereJobs:
             lines.unlink(missing_ok=True)
             raise
         return self.job(owner, job.id)[0]
+
+    def _group_limits(self) -> tuple[int, int]:
+        """Rows a line holds at most, and the JSON bytes of their texts: within the embed route's own limits."""
+        return min(LINE_ROWS, self.settings.max_embedding_inputs), self.settings.max_body_bytes // 2
 
     def job(self, owner: str, job_id: str) -> tuple[EmbedJobRecord, BatchRecord]:
         row = self.store.one("SELECT * FROM embed_jobs WHERE id = ? AND owner = ?", job_id, owner)
@@ -318,8 +324,7 @@ class CohereJobs:
         source = self.dataset(job.owner, job.input_dataset_id)
         output_path, error_path = self.store.work_paths(batch)
         preserved, types = json.loads(source.preserve_fields), json.loads(job.embedding_types)
-        warnings = [f"row {int(entry['custom_id']) + 1} was not embedded: {_reason(entry)}"
-                    for entry in _entries(error_path)]  # fmt: skip
+        warnings = [f"{_named(_rows_of(entry))} not embedded: {_reason(entry)}" for entry in _entries(error_path)]
         counted = {"rows": 0}
         rows = _joined(read_rows(self.part_path(source.id)), _entries(output_path), preserved, types, counted)
         target = self.part_path(job.output_dataset_id or "")
@@ -335,6 +340,26 @@ class CohereJobs:
             record.insert(db, replacing=True)
 
 
+def _groups(rows: Iterator[dict[str, Any]], limits: tuple[int, int]) -> Iterator[tuple[int, list[str]]]:
+    """Consecutive rows' texts, at most ``limits`` (rows, JSON bytes) a group, a longer text alone: (first, texts)."""
+    most_rows, most_bytes = limits
+    first, size, texts = 0, 0, list[str]()
+    for number, row in enumerate(rows):
+        cost = len(orjson.dumps(row["text"]))
+        if texts and (len(texts) == most_rows or size + cost > most_bytes):
+            yield first, texts
+            first, size, texts = number, 0, []
+        texts.append(row["text"])
+        size += cost
+    if texts:
+        yield first, texts
+
+
+def _rows_of(entry: dict[str, Any]) -> range:
+    first, _, stop = entry["custom_id"].partition("-")
+    return range(int(first), int(stop))
+
+
 def _joined(
     inputs: Iterator[dict[str, Any]],
     answers: Iterator[dict[str, Any]],
@@ -342,17 +367,23 @@ def _joined(
     types: list[str],
     counted: dict[str, int],
 ) -> Iterator[dict[str, Any]]:
-    """Each input row with its answer's embeddings (answers are in the rows' order; a row without one is left out)."""
+    """Each input row with its line's embeddings (answers are in the rows' order; a row of a refused line is left
+    out)."""
     answer = next(answers, None)
     for number, row in enumerate(inputs):
-        if answer is None or answer["custom_id"] != str(number):
+        while answer is not None and _rows_of(answer).stop <= number:
+            answer = next(answers, None)
+        if answer is None or number not in _rows_of(answer):
             continue
-        embeddings = answer["response"]["body"]["embeddings"]
+        embeddings, place = answer["response"]["body"]["embeddings"], number - _rows_of(answer).start
         counted["rows"] += 1
-        yield {"text": row["text"], "embeddings": {kind: embeddings[kind][0] for kind in types}} | {
+        yield {"text": row["text"], "embeddings": {kind: embeddings[kind][place] for kind in types}} | {
             name: row.get(name) for name in preserved
         }
-        answer = next(answers, None)
+
+
+def _named(rows: range) -> str:
+    return f"row {rows.start + 1} was" if len(rows) == 1 else f"rows {rows.start + 1}-{rows.stop} were"
 
 
 def _entries(path: Path) -> Iterator[dict[str, Any]]:

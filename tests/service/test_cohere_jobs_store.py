@@ -11,6 +11,7 @@ import sqlite3
 import time
 from pathlib import Path
 from random import Random
+from typing import Any
 
 import fastavro
 import pytest
@@ -26,8 +27,8 @@ from service.settings import Settings
 LINE = {"model": "embed", "input_type": "clustering", "embedding_types": ["float", "ubinary"], "truncate": "END"}
 
 
-def open_jobs(folder: Path) -> CohereJobs:
-    return CohereJobs(BatchStore(folder, Settings(data_dir=folder)))  # type: ignore[call-arg]
+def open_jobs(folder: Path, **settings: Any) -> CohereJobs:
+    return CohereJobs(BatchStore(folder, Settings(data_dir=folder, **settings)))  # type: ignore[call-arg]
 
 
 def dataset_of(jobs: CohereJobs, texts: list[str]) -> str:
@@ -36,18 +37,24 @@ def dataset_of(jobs: CohereJobs, texts: list[str]) -> str:
     return jobs.add("", "texts", rules, "rows.jsonl", io.BytesIO(rows)).id
 
 
-def test_finalizing_twice_makes_one_output_without_the_refused_row(tmp_path: Path) -> None:
-    jobs = open_jobs(tmp_path)
-    job = jobs.create_job("", dataset_of(jobs, ["a", "b", "c"]), LINE, "twice")
+def test_finalizing_twice_makes_one_output_without_the_refused_line(tmp_path: Path) -> None:
+    jobs = open_jobs(tmp_path, max_embedding_inputs=2)  # lines of two rows at most
+    job = jobs.create_job("", dataset_of(jobs, ["a", "b", "c", "d", "e"]), LINE, "twice")
     batch = jobs.store.batch(job.batch_id)
     assert batch.origin == COHERE_EMBED_JOB and batch.endpoint == "/v1/embed"
+    lines = [json.loads(line) for line in jobs.store.path_of(batch.input_file_id).read_text().splitlines()]
+    assert [(line["custom_id"], line["body"]["texts"]) for line in lines] == [
+        ("0-2", ["a", "b"]), ("2-4", ["c", "d"]), ("4-5", ["e"]),
+    ]  # fmt: skip
+    assert all(line["body"] == LINE | {"texts": line["body"]["texts"]} for line in lines)
     jobs.store.move(batch.id, IN_PROGRESS, (VALIDATING,), total=3)
     jobs.store.resume(batch)
+    answers = {"0-2": [[0.0, 0.5], [1.0, 0.5]], "4-5": [[4.0, 0.5]]}
     output = b"".join(
-        answered(batch.id, n, str(n), 200, {"embeddings": {"float": [[float(n), 0.5]], "ubinary": [[n]]}})
-        for n in (0, 2)
+        answered(batch.id, n, rows, 200, {"embeddings": {"float": vectors, "ubinary": [[7]] * len(vectors)}})
+        for n, (rows, vectors) in enumerate(answers.items())
     )
-    error = answered(batch.id, 1, "1", 400, {"message": "too long"})
+    error = answered(batch.id, 1, "2-4", 400, {"message": "too long"})
     batch = jobs.store.commit_chunk(jobs.store.batch(batch.id), 3, output, error, 2, 1)
     jobs.store.move(batch.id, FINALIZING, (IN_PROGRESS,))
     jobs.finalize(batch)
@@ -56,12 +63,12 @@ def test_finalizing_twice_makes_one_output_without_the_refused_row(tmp_path: Pat
     assert [dataset.id for dataset in datasets] == [job.output_dataset_id]
     (result,) = datasets
     assert (result.name, result.rows, json.loads(result.warnings)) == (
-        "twice-output", 2, ["row 2 was not embedded: 400: too long"],
+        "twice-output", 3, ["rows 3-4 were not embedded: 400: too long"],
     )  # fmt: skip
     rows = list(read_rows(jobs.part_path(result.id)))
     assert rows == [
-        {"text": "a", "embeddings": {"float": [0.0, 0.5], "ubinary": [0]}, "n": 0},
-        {"text": "c", "embeddings": {"float": [2.0, 0.5], "ubinary": [2]}, "n": 2},
+        {"text": text, "embeddings": {"float": [float(n), 0.5], "ubinary": [7]}, "n": n}
+        for n, text in ((0, "a"), (1, "b"), (4, "e"))
     ]
 
 
@@ -164,3 +171,10 @@ def test_a_failed_or_cancelled_job_leaves_no_files_of_its_batch(tmp_path: Path) 
         assert (record.as_object(ended)["status"], record.as_object(ended)["output_dataset_id"]) == (end, None)
         assert not any(path.exists() for path in batch_files)
     assert jobs.store.files("", None, 10)[0] == []  # none of them is an OpenAI file
+
+
+def test_lines_group_rows_within_the_embed_routes_limits() -> None:
+    from service.batch.cohere_jobs import _groups
+
+    rows = iter({"text": text} for text in ["a", "x" * 40, "b", "c", "d", "e", "f"])
+    assert list(_groups(rows, (4, 30))) == [(0, ["a"]), (1, ["x" * 40]), (2, ["b", "c", "d", "e"]), (6, ["f"])]
