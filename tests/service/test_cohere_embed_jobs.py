@@ -228,27 +228,29 @@ def test_cancel_and_delete_and_keys(server: str) -> None:
     assert co.datasets.get_usage().organization_usage < usage
 
 
-def committed_rows(data_dir: Path) -> int:
+def committed_lines(data_dir: Path) -> tuple[int, int]:
+    """The job's batch: lines committed, lines in all (16 rows a line)."""
     with sqlite3.connect(data_dir / "batches.sqlite3") as db:
-        found = db.execute("SELECT done_lines FROM batches").fetchone()
-    return 0 if found is None else int(found[0])
+        found = db.execute("SELECT done_lines, total FROM batches").fetchone()
+    return (0, 0) if found is None else (int(found[0]), int(found[1]))
 
 
 def test_an_embed_job_killed_mid_way_resumes_and_embeds_every_row_once(bundle: Path, tmp_path: Path) -> None:
     data_dir, port = tmp_path / "data", free_port()
     co = cohere.Client(api_key="unused", base_url=f"http://127.0.0.1:{port}", timeout=30)
-    texts = [f"{TEXTS[n % 4]} number {n}" for n in range(1500)]
+    texts = [f"{TEXTS[n % 4]} number {n}" for n in range(3000)]
     rows = jsonl([{"text": text, "n": n} for n, text in enumerate(texts)])
     with service_process(bundle, data_dir, port, name="embed") as first:
         dataset = co.datasets.create(name="resume", type="embed-input", data=("rows.jsonl", rows), keep_fields="n")
         job = co.embed_jobs.create(model="embed", dataset_id=dataset.id, input_type="clustering")
         deadline = time.monotonic() + 60
-        while committed_rows(data_dir) < 80:
+        while committed_lines(data_dir)[0] < 16:  # two chunks of 8 lines
             assert time.monotonic() < deadline
             time.sleep(0.01)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
-    assert committed_rows(data_dir) < len(texts), "the job finished before the kill: make it longer"
+    done, total = committed_lines(data_dir)
+    assert total == len(texts) // 16 + 1 and done < total, "the job finished before the kill: make it longer"
     with service_process(bundle, data_dir, port, name="embed"):
         done = wait_for(co, job.job_id, ("complete",), timeout_s=120)
         got = saved_rows(co, co.datasets.get(done.output_dataset_id).dataset, tmp_path)
