@@ -324,7 +324,11 @@ class CohereJobs:
         source = self.dataset(job.owner, job.input_dataset_id)
         output_path, error_path = self.store.work_paths(batch)
         preserved, types = json.loads(source.preserve_fields), json.loads(job.embedding_types)
-        warnings = [f"{_named(_rows_of(entry))} not embedded: {_reason(entry)}" for entry in _entries(error_path)]
+        refused = [(_rows_of(entry), _reason(entry)) for entry in _entries(error_path)]
+        warnings = [f"{_named(rows)} not embedded: {reason}" for rows, reason in refused[:MAX_WARNINGS]]
+        if len(refused) > MAX_WARNINGS:
+            unnamed = sum(len(rows) for rows, _ in refused[MAX_WARNINGS:])
+            warnings.append(f"{unnamed} more rows were not embedded")
         counted = {"rows": 0}
         rows = _joined(read_rows(self.part_path(source.id)), _entries(output_path), preserved, types, counted)
         target = self.part_path(job.output_dataset_id or "")
@@ -333,7 +337,7 @@ class CohereJobs:
         _sync(partial)
         partial.rename(target)
         record = DatasetRecord(job.output_dataset_id or "", job.owner, f"{job.name or job.id}-output", EMBED_RESULT,
-                               now(), VALIDATED, None, json.dumps(warnings[:MAX_WARNINGS]),
+                               now(), VALIDATED, None, json.dumps(warnings),
                                json.dumps(result_schema(preserved, types)), json.dumps(preserved), counted["rows"],
                                target.stat().st_size, "[]")  # fmt: skip
         with self.store.transaction() as db:

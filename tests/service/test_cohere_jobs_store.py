@@ -178,3 +178,19 @@ def test_lines_group_rows_within_the_embed_routes_limits() -> None:
 
     rows = iter({"text": text} for text in ["a", "x" * 40, "b", "c", "d", "e", "f"])
     assert list(_groups(rows, (4, 30))) == [(0, ["a"]), (1, ["x" * 40]), (2, ["b", "c", "d", "e"]), (6, ["f"])]
+
+
+def test_a_job_whose_lines_were_all_refused_names_ten_and_counts_the_rest(tmp_path: Path) -> None:
+    jobs = open_jobs(tmp_path, max_embedding_inputs=2)
+    job = jobs.create_job("", dataset_of(jobs, [f"t{n}" for n in range(30)]), LINE, None)
+    batch = jobs.store.batch(job.batch_id)
+    jobs.store.move(batch.id, IN_PROGRESS, (VALIDATING,), total=15)
+    jobs.store.resume(batch)
+    errors = b"".join(answered(batch.id, n, f"{2 * n}-{2 * n + 2}", 404, {"message": "gone"}) for n in range(15))
+    batch = jobs.store.commit_chunk(jobs.store.batch(batch.id), 15, b"", errors, 0, 15)
+    jobs.finalize(batch)
+    (result,) = jobs.datasets("", "embed-result", None, 10, 0)
+    warnings = json.loads(result.warnings)
+    assert result.rows == 0 and list(read_rows(jobs.part_path(result.id))) == []
+    assert warnings[0] == "rows 1-2 were not embedded: 404: gone" and warnings[9].startswith("rows 19-20 were")
+    assert warnings[10:] == ["10 more rows were not embedded"]
