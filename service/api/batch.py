@@ -217,17 +217,20 @@ async def list_batches(
     return page(*records)
 
 
+UploadRead = Callable[[FormData, Scope], Awaitable[dict[str, Any]]]  # an upload's form -> the answer
+
+
 @dataclass(frozen=True, slots=True)
 class Upload:
     """A multipart upload route: the route FastAPI declares (docs, metrics label), what reads the form into the
     answer, and the fields it takes (the 415's hint)."""
 
     declared: BaseRoute
-    read: Callable[[FormData, Scope], Awaitable[dict[str, Any]]]
+    read: UploadRead
     fields: str
 
 
-def file_upload(runner: BatchRunner, settings: Settings) -> Callable[[FormData, Scope], Awaitable[dict[str, Any]]]:
+def file_upload(runner: BatchRunner, settings: Settings) -> UploadRead:
     """``POST /v1/files``: the form's ``file`` stored as a batch input (``purpose=batch``)."""
 
     async def read(form: FormData, scope: Scope) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.types import Scope
 
 from service.api import cohere
-from service.api.batch import batch_api_off, owner_of
+from service.api.batch import UploadRead, batch_api_off, owner_of
 from service.api.bodies import JSON_MEDIA_TYPE, encode_json
 from service.api.entry import Incoming
 from service.api.error_docs import error_responses
@@ -94,7 +94,7 @@ def jobs_of(request: Request) -> tuple[CohereJobs, str]:
     return jobs, owner_of(request.scope["headers"], request.app.state.settings)
 
 
-def dataset_upload(jobs: CohereJobs, settings: Settings) -> Any:
+def dataset_upload(jobs: CohereJobs, settings: Settings) -> UploadRead:
     """``POST /v1/datasets``: the form's ``data`` read into a dataset of the query's name, type and row rules."""
 
     async def read(form: FormData, scope: Scope) -> dict[str, Any]:
