@@ -54,6 +54,7 @@ router = APIRouter(tags=["cohere jobs"])
 DATASETS_PATH = "/v1/datasets"
 EMBED_ROUTE = next(route for route in cohere.PROTOCOL.routes if route.path == "/v1/embed")
 AVRO_MEDIA_TYPE = "application/octet-stream"  # Avro bytes, as a file download (generated clients take it)
+LINE_SLACK_BYTES = 1024  # an embed job line's body beside its one text: model, input_type, embedding_types, truncate
 MAX_OFFSET = 1 << 31  # SQLite's integers are 64-bit: a larger offset is a 422, not an overflow
 UPLOAD_BODY = {
     "requestBody": {
@@ -119,6 +120,7 @@ def dataset_upload(jobs: CohereJobs, settings: Settings) -> UploadRead:
             skip_malformed_input=_flag(query.get("skip_malformed_input"), "skip_malformed_input"),
             text_separator=separator,
             csv_delimiter=delimiter,
+            max_text_bytes=settings.max_body_bytes - LINE_SLACK_BYTES,  # (max_body_bytes) else a 413 in the job
         )
         owner = owner_of(scope["headers"], settings)
         filename = upload.filename or ""

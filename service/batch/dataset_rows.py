@@ -50,6 +50,7 @@ class RowRules:
     skip_malformed_input: bool = False
     text_separator: str = "\n"
     csv_delimiter: str = ","
+    max_text_bytes: int | None = None  # a required field's text, as JSON, past which no line could carry it
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -166,6 +167,10 @@ def _fields(rules: RowRules, raw: dict[str, Any]) -> dict[str, Any]:
         value = raw.get(name)
         if not isinstance(value, str) or not value.strip():
             raise Malformed(f"'{name}' must be a non-empty string")
+        if rules.max_text_bytes is not None and 6 * len(value) + 2 > rules.max_text_bytes:  # 6: the longest escape
+            size = len(json.dumps(value, ensure_ascii=False).encode())  # as a line's body writes it
+            if size > rules.max_text_bytes:
+                raise Malformed(f"'{name}' takes {size} bytes as JSON; an embed request holds {rules.max_text_bytes}")
         row[name] = value
     for name in rules.preserved:
         value = raw.get(name)

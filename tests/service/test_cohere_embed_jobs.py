@@ -186,6 +186,9 @@ def test_refusals_name_what_is_wrong(server: str) -> None:
                       files={"data": ("r.jsonl", b'{"text": "a"}')}, headers=keyed)  # fmt: skip
     assert flag.status_code == 400 and "skip_malformed_input must be true or false" in flag.text
     assert httpx.get(f"{server}/v1/datasets", params={"offset": 1 << 70}, headers=keyed).status_code == 422
+    huge = co.datasets.create(name="huge", type="embed-input", data=("r.jsonl", jsonl([{"text": "a" * (1 << 20)}])))
+    failed = co.datasets.get(huge.id).dataset  # no embed request within max_body_bytes could carry it
+    assert failed.validation_status == "failed" and "an embed request holds 1047552" in failed.validation_error
     dataset = co.datasets.create(name="ok", type="embed-input", data=("r.jsonl", jsonl([{"text": "a"}])))
     with pytest.raises(cohere.core.ApiError) as refused:
         co.embed_jobs.create(model="nope", dataset_id=dataset.id, input_type="clustering")

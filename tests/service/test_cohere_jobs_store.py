@@ -194,3 +194,14 @@ def test_a_job_whose_lines_were_all_refused_names_ten_and_counts_the_rest(tmp_pa
     assert result.rows == 0 and list(read_rows(jobs.part_path(result.id))) == []
     assert warnings[0] == "rows 1-2 were not embedded: 404: gone" and warnings[9].startswith("rows 19-20 were")
     assert warnings[10:] == ["10 more rows were not embedded"]
+
+
+def test_a_text_no_embed_request_could_carry_is_malformed(tmp_path: Path) -> None:
+    rules = RowRules("embed-input", max_text_bytes=40, skip_malformed_input=True)
+    rows = [{"text": "é" * 19}, {"text": "é" * 20}, {"text": "\u0001" * 7}, {"text": "a" * 38}]  # 40, 42, 44, 40 bytes
+    upload = io.BytesIO(b"".join(json.dumps(row).encode() + b"\n" for row in rows))
+    validation = write_rows(rules, "rows.jsonl", upload, tmp_path / "part.avro")
+    assert validation.rows == 2 and [warning.split(":")[0] for warning in validation.warnings] == [
+        "row 2 was dropped", "row 3 was dropped",
+    ]  # fmt: skip
+    assert "'text' takes 42 bytes as JSON; an embed request holds 40" in validation.warnings[0]
