@@ -211,9 +211,7 @@ async def delete_dataset(id: str, request: Request) -> dict[str, Any]:
 )
 async def dataset_part(dataset_id: str, request: Request, expires: int = 0, signature: str = "") -> FileResponse:
     """A dataset's part at the signed URL its dataset lists (no API key: the signature is the credential)."""
-    jobs: CohereJobs | None = request.app.state.cohere_jobs
-    if jobs is None:
-        raise batch_api_off()
+    jobs, _ = jobs_of(request)
     path = jobs.signed_part(dataset_id, expires, signature)
     return FileResponse(path, media_type=AVRO_MEDIA_TYPE, filename=f"{dataset_id}-0.avro")
 

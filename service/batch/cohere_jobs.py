@@ -374,12 +374,14 @@ def _joined(
     """Each input row with its line's embeddings (answers are in the rows' order; a row of a refused line is left
     out)."""
     answer = next(answers, None)
+    covered = range(0) if answer is None else _rows_of(answer)
     for number, row in enumerate(inputs):
-        while answer is not None and _rows_of(answer).stop <= number:
+        while answer is not None and covered.stop <= number:
             answer = next(answers, None)
-        if answer is None or number not in _rows_of(answer):
+            covered = range(0) if answer is None else _rows_of(answer)
+        if answer is None or number not in covered:
             continue
-        embeddings, place = answer["response"]["body"]["embeddings"], number - _rows_of(answer).start
+        embeddings, place = answer["response"]["body"]["embeddings"], number - covered.start
         counted["rows"] += 1
         yield {"text": row["text"], "embeddings": {kind: embeddings[kind][place] for kind in types}} | {
             name: row.get(name) for name in preserved

@@ -245,7 +245,7 @@ def read_rows(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def write_part(path: Path, schema: dict[str, Any], rows: Iterable[dict[str, Any]]) -> None:
-    """Rows to the Avro file ``path``, synced (blocking)."""
+    """Rows to the Avro file ``path`` (blocking; the caller syncs it before naming it)."""
     with path.open("wb") as out:
         fastavro.writer(out, fastavro.parse_schema(schema), rows)
         out.flush()
