@@ -27,6 +27,8 @@ from service.settings import Settings
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from service.processes import Siblings
+
 logger = logging.getLogger("service")
 
 
@@ -45,10 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"bertserve: error: bad settings: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if settings.log_format == "json":
-        for handler in logging.getLogger().handlers:
-            handler.setFormatter(JsonFormatter())
+    configure_logging(settings)
     try:
         sources = settings.model_sources()
     except FileNotFoundError as exc:
@@ -58,10 +57,21 @@ def main(argv: list[str] | None = None) -> int:
         print("bertserve: error: no models to serve (use --models DIR or --model NAME=PATH)", file=sys.stderr)
         return 2
 
-    if (problem := port_problem(settings.host, settings.port)) is not None:
-        print(f"bertserve: error: {problem}", file=sys.stderr)
-        return 2
+    for port in (settings.port, settings.grpc_port):
+        if port is not None and (problem := port_problem(settings.host, port)) is not None:
+            print(f"bertserve: error: {problem}", file=sys.stderr)
+            return 2
 
+    if settings.processes > 1:  # several serving processes on one socket (service/processes.py)
+        from service.processes import serve_processes
+
+        return serve_processes(settings)
+    return serve(settings)
+
+
+def serve(settings: Settings, sockets: list[socket.socket] | None = None, siblings: Siblings | None = None) -> int:
+    """Load the models and serve them over HTTP until SIGTERM: on the settings' host and port, or as one process of
+    several (``service.processes``) on ``sockets``."""
     from service.app import create_app
     from service.core import ServiceCore
     from service.device import DeviceUnavailable
@@ -74,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bertserve: error: {exc}", file=sys.stderr)
         return 1
     except BundleError as exc:
-        name = next((name for name, path in sources.items() if str(path) == exc.path), exc.path)
+        name = next((name for name, path in settings.model_sources().items() if str(path) == exc.path), exc.path)
         print(f"bertserve: error: cannot serve model {name}: {exc} (--skip-broken serves the others)", file=sys.stderr)
         return 1
     if not core.registry.engines:
@@ -82,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     app = create_app(core=core)
+    app.state.siblings = siblings
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -93,8 +104,15 @@ def main(argv: list[str] | None = None) -> int:
         timeout_keep_alive=settings.keep_alive_s,
         http=bounded_headers_protocol(settings.max_header_bytes),
     )
-    GracefulServer(config, app).run()
+    GracefulServer(config, app).run(sockets=sockets)
     return 0
+
+
+def configure_logging(settings: Settings) -> None:
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
 
 
 def port_problem(host: str, port: int) -> str | None:

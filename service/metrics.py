@@ -19,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.settings import TUNED_SETTINGS
 
@@ -216,6 +217,31 @@ class EngineCollector:
             if batcher.seconds_per_token is not None:
                 rate.add_metric(labels, batcher.seconds_per_token)
         yield from (shed, wasted, dropped, restarts, alive, rate)
+
+
+class _Families:
+    """Metric families already collected, in the shape ``generate_latest`` reads."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
+def labelled_by_process(expositions: Mapping[int, bytes]) -> bytes:
+    """Several serving processes' expositions (process index -> its text) as one, every sample labelled with its
+    ``process``: a scrape of any one process sees them all, and ``sum without (process)`` gives the service's."""
+    families: dict[str, Metric] = {}
+    for index, text in sorted(expositions.items()):
+        for family in text_string_to_metric_families(text.decode()):
+            merged = families.get(family.name)
+            if merged is None:
+                merged = families[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+            merged.samples.extend(
+                sample._replace(labels={**sample.labels, "process": str(index)}) for sample in family.samples
+            )
+    return generate_latest(_Families(list(families.values())))
 
 
 ACCESS_LOGGER = logging.getLogger("bertserve.access")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 from contract.bundle import BundleError, read_adapters
 from service.adapters import SEPARATOR, adapter_name
 from service.device import DeviceUnavailable, resolve_device
-from service.errors import BadRequest, ModelNotFound
+from service.errors import BadRequest, Conflict, ModelNotFound
 from service.metrics import ServiceMetrics
 from service.settings import Settings
 
@@ -96,6 +96,7 @@ class ModelRepository:
     async def load(self, name: str) -> None:
         """Load (or reload) ``name`` from its bundle; ModelNotFound when the repository has no such model,
         BadRequest naming the reason when its bundle cannot be served (the served set is then unchanged)."""
+        self._one_process()
         path = self.sources().get(name)
         if path is None:
             known = ", ".join(sorted(self.sources())) or "none"
@@ -128,6 +129,7 @@ class ModelRepository:
     async def unload(self, name: str) -> None:
         """Stop serving ``name``: out of the registry at once, then its queued requests answered and its workers
         stopped; ModelNotFound when it is not served."""
+        self._one_process()
         async with self._lock:
             registry = self.core.registry
             engine = registry.engines.get(name)
@@ -140,6 +142,12 @@ class ModelRepository:
         await engine.stop(drain=True)
         self.core.metrics.unwatch(engine)
         logger.info("unloaded model %s", name)
+
+    def _one_process(self) -> None:
+        """Several serving processes (``--processes``) each hold their own models: a change made in the one that
+        answers would leave the others serving what they had, so it is refused."""
+        if (count := self.core.settings.processes) > 1:
+            raise Conflict(f"models are loaded and unloaded only with processes=1 (this service runs {count})")
 
     def _build(self, name: str, path: Path) -> Engine:
         from service.adapters import adapter_engine

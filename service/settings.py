@@ -99,6 +99,15 @@ class Settings(BaseSettings):
         description="Also serve the Open Inference Protocol over gRPC on this port (same host; off when unset). "
         "tritonclient.grpc and KServe's grpc_predict_v2 stubs speak it.",
     )
+    processes: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Serving processes on the one port, each with its own copy of every model (and of its CUDA "
+        "context on a GPU); where one process's Python is the ceiling (a fast device). /metrics answers for all of "
+        "them, each series labelled with its process; not with data_dir or allow_client_shm, and models are not "
+        "loaded or unloaded at run time (both are one process's state).",
+    )
     models_dir: Path | None = Field(
         default=None, description="Serve every bundle folder under this folder, by folder name."
     )
@@ -351,6 +360,16 @@ class Settings(BaseSettings):
     def one_default_prompt(self) -> Settings:
         if self.default_prompt is not None and self.default_prompt_name is not None:
             raise ValueError("default_prompt and default_prompt_name cannot both be set")
+        return self
+
+    @model_validator(mode="after")
+    def one_process_state(self) -> Settings:
+        if self.processes > 1:
+            for setting, value in (("data_dir", self.data_dir), ("allow_client_shm", self.allow_client_shm)):
+                if value:
+                    raise ValueError(f"{setting} needs processes=1: its state lives in one process")
+            if self.grpc_port == 0:
+                raise ValueError("grpc_port=0 needs processes=1: each process would pick a port of its own")
         return self
 
     def tunes(self) -> bool:

@@ -348,7 +348,7 @@ class GrpcTransport:
         options = [
             ("grpc.max_receive_message_length", settings.max_body_bytes),
             ("grpc.max_send_message_length", -1),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", int(settings.processes > 1)),  # one port for the processes; else a taken one fails
         ]
         server = grpc.aio.server(options=options)
         served = InferenceServicer(self.core)

@@ -1,0 +1,255 @@
+"""``--processes N``: N serving processes on one listening socket, each loading every model, kept alive by the first.
+
+Where the model runs off the CPU (a GPU), one Python process's own work per request (HTTP, tokenizing, answers) is
+the ceiling long before the device is (``benchmarks/results/gil_handoff.md``): more processes are the way past it,
+as uvicorn's ``--workers`` and LitServe's ``workers_per_device`` do. The supervisor binds the socket, then starts the
+processes one after another, each when the previous one is ready (its models tuned while the others wait, and on a
+GPU each sees the memory the earlier ones took); every process accepts from the one socket. On a CPU each process is
+pinned to its share of the CPUs, so its tuning and ONNX Runtime's threads use that share, not all of them.
+
+Each process also serves the same app on a private Unix socket (``process-K.sock`` in a folder only this user can
+open): the supervisor asks it for readiness there, and ``/metrics`` asks every sibling for its own series there and
+answers for all (``Siblings``). A process that dies is replaced, on the back-off schedule of a model's workers; one
+that dies before it was ever ready (a bad bundle, a missing device) stops the service with its exit status. SIGTERM or
+SIGINT to the supervisor drains every process as one server would (``python -m service``); the processes end with
+the supervisor if it is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import http.client
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+from service.settings import Settings
+from service.supervision import FIRST_BACKOFF_S, HEALTHY_AFTER_S, MAX_BACKOFF_S
+
+logger = logging.getLogger(__name__)
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+READY_POLL_S = 0.2
+SCRAPE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Siblings:
+    """The serving processes of one service: this one's index, how many there are and where their private sockets
+    are."""
+
+    index: int
+    count: int
+    folder: Path
+
+    def socket_path(self, index: int) -> Path:
+        return self.folder / f"process-{index}.sock"
+
+    def others(self) -> list[int]:
+        return [index for index in range(self.count) if index != self.index]
+
+
+class UnixConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a Unix socket (a sibling's private one)."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(str(self.path))
+
+
+def get(path: Path, target: str, headers: dict[str, str] | None = None, timeout: float = SCRAPE_TIMEOUT_S) -> bytes:
+    """GET ``target`` from the process at Unix socket ``path``: its body when it answers 200 (OSError otherwise)."""
+    connection = UnixConnection(path, timeout)
+    try:
+        connection.request("GET", target, headers=headers or {})
+        response = connection.getresponse()
+        body = response.read()
+    except http.client.HTTPException as exc:
+        raise OSError(f"{path}: {exc!r}") from exc
+    finally:
+        connection.close()
+    if response.status != 200:
+        raise OSError(f"{path}: {target} answered {response.status}")
+    return body
+
+
+def on_private_socket(scope: Mapping[str, Any]) -> bool:
+    """Whether an ASGI request came over a process's private Unix socket (uvicorn's ``server`` is then the socket's
+    path and no port)."""
+    server = scope.get("server")
+    return server is not None and server[1] is None
+
+
+def listening_socket(settings: Settings) -> socket.socket:
+    """The socket every process accepts from, bound as uvicorn binds its own (``python -m service`` checked the
+    address is free)."""
+    family, kind, proto, _, address = socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(address)
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def cpu_share(index: int, count: int, cpus: list[int]) -> set[int]:
+    """The CPUs process ``index`` of ``count`` runs on: every ``count``-th one from its own (one when there are fewer
+    CPUs than processes)."""
+    share = cpus[index::count]
+    return set(share) if share else {cpus[index % len(cpus)]}
+
+
+def die_with_parent(parent: int) -> None:
+    """Ask Linux for SIGTERM when the supervisor dies (a SIGKILL gives it no time to stop its processes)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the request was made
+        os._exit(0)
+
+
+def process_main(settings: Settings, shared: socket.socket, siblings: Siblings, parent: int) -> None:
+    """One serving process: the models loaded, then the app on the shared socket and on its private one."""
+    from service.__main__ import configure_logging, serve
+    from service.device import DeviceUnavailable, resolve_device
+
+    die_with_parent(parent)
+    configure_logging(settings)
+    with contextlib.suppress(DeviceUnavailable):  # serve() reports it
+        if not resolve_device(settings.device).is_cuda and hasattr(os, "sched_setaffinity"):
+            cpus = sorted(os.sched_getaffinity(0))
+            os.sched_setaffinity(0, cpu_share(siblings.index, siblings.count, cpus))
+    private = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    private.bind(str(siblings.socket_path(siblings.index)))
+    private.listen(64)
+    sys.exit(serve(settings, sockets=[shared, private], siblings=siblings))
+
+
+class Supervisor:
+    """Starts the processes, replaces those that die and stops them all on SIGTERM or SIGINT."""
+
+    def __init__(self, settings: Settings, shared: socket.socket, folder: Path) -> None:
+        self.settings, self.shared, self.folder = settings, shared, folder
+        self.context = multiprocessing.get_context("spawn")  # no forked copy of a parent's threads or CUDA state
+        self.processes: list[BaseProcess | None] = [None] * settings.processes
+        self.stopping = False
+        self.deaths_in_a_row = 0
+        self.last_death_at = -HEALTHY_AFTER_S
+
+    def start(self, index: int) -> BaseProcess:
+        siblings = Siblings(index, self.settings.processes, self.folder)
+        with contextlib.suppress(FileNotFoundError):
+            siblings.socket_path(index).unlink()  # a dead process's
+        process = self.context.Process(
+            target=process_main,
+            args=(self.settings, self.shared, siblings, os.getpid()),
+            name=f"bertserve-{index}",
+        )
+        process.start()
+        self.processes[index] = process
+        return process
+
+    def wait_ready(self, index: int, process: BaseProcess) -> bool:
+        """Whether process ``index`` came to serve (its models warm), False when it ended first or we are stopping."""
+        path = Siblings(index, self.settings.processes, self.folder).socket_path(index)
+        while not self.stopping:
+            if not process.is_alive():
+                return False
+            try:
+                get(path, "/health/ready", timeout=1.0)
+            except OSError:
+                time.sleep(READY_POLL_S)
+                continue
+            logger.info("process %d of %d serves (pid %d)", index, len(self.processes), process.pid)
+            return True
+        return False
+
+    def run(self) -> int:
+        """Start every process in turn; then keep them alive until asked to stop. The exit status: 0 after a stop,
+        else that of a process that ended before it first served."""
+        for index in range(len(self.processes)):
+            process = self.start(index)
+            if not self.wait_ready(index, process) and not self.stopping:
+                process.join()
+                logger.error("process %d ended before it served (exit status %s)", index, process.exitcode)
+                self.stop()
+                return process.exitcode or 1
+        while not self.stopping:
+            alive = {process.sentinel: index for index, process in enumerate(self.processes) if process is not None}
+            for sentinel in wait(list(alive), timeout=1.0):
+                if not self.stopping:
+                    self.replace(alive[sentinel])  # type: ignore[index]
+        self.stop()
+        return 0
+
+    def replace(self, index: int) -> None:
+        dead = self.processes[index]
+        assert dead is not None
+        dead.join()
+        now = time.monotonic()
+        self.deaths_in_a_row = self.deaths_in_a_row + 1 if now - self.last_death_at < HEALTHY_AFTER_S else 1
+        self.last_death_at = now
+        delay = (
+            0.0 if self.deaths_in_a_row == 1 else min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (self.deaths_in_a_row - 2))
+        )
+        logger.error("process %d (pid %s) ended with status %s; replacing it in %.1f s", index, dead.pid,
+                     dead.exitcode, delay)  # fmt: skip
+        self.processes[index] = None
+        deadline = time.monotonic() + delay
+        while not self.stopping and time.monotonic() < deadline:
+            time.sleep(min(READY_POLL_S, deadline - time.monotonic()))
+        if not self.stopping:
+            self.start(index)
+
+    def handle_signal(self, sig: int, frame: object) -> None:
+        self.stopping = True
+
+    def stop(self) -> None:
+        """SIGTERM to every process (each drains as one server does), then wait for them; SIGKILL past the drain."""
+        from service.__main__ import drain_seconds
+
+        self.stopping = True
+        running = [process for process in self.processes if process is not None and process.is_alive()]
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)  # type: ignore[arg-type]
+        deadline = time.monotonic() + drain_seconds(self.settings) + 5
+        for process in running:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                logger.error("process %s did not drain in time; killing it", process.name)
+                process.kill()
+                process.join()
+
+
+def serve_processes(settings: Settings) -> int:
+    """``python -m service --processes N``: the supervisor's life, from binding the socket to the last process's
+    end."""
+    shared = listening_socket(settings)
+    folder = Path(tempfile.mkdtemp(prefix="bertserve-processes-"))  # 0700: only this user reaches the processes
+    supervisor = Supervisor(settings, shared, folder)
+    previous = {sig: signal.signal(sig, supervisor.handle_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    logger.info("serving with %d processes on %s:%d", settings.processes, settings.host, shared.getsockname()[1])
+    try:
+        return supervisor.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        shared.close()
+        shutil.rmtree(folder, ignore_errors=True)
