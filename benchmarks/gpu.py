@@ -15,11 +15,12 @@ lacks):
   default) against batches run as they form; (3) ``python -m service --device cuda`` serving the three fp16 bundles:
   top-1 agreement with the CPU on SST-2 dev and embedding cosines, then closed-loop HTTP load at c=1 / 32 / 128 (one
   input a request) and c=32 with 16 inputs a request; (4) the transformers pipeline on torch fp16 on the same card
-  (``benchmarks.gpu_torch``, its own process); (4b) ``benchmarks.gpu_processes``: 2 and 4 servers on the one card,
-  each loaded by its own client process, summed; (5) ``benchmarks.gpu_shapes``: what a batch of a shape not run before
-  costs on the service's session, with CUDA's kernels loaded lazily and eagerly, exact and bucketed. Workloads: SST-2
-  dev sentences (MiniLM), and BERT-base on WikiText pieces of exactly 128 and 512 tokens. ``--device cpu --base-size
-  tiny`` is a smoke run of the script on a machine without a GPU (its report goes to WORK_DIR/gpu-smoke).
+  (``benchmarks.gpu_torch``, its own process); (4b) ``benchmarks.gpu_processes``: the server with ``--processes`` 2
+  and 4 on the one card, loaded by as many client processes, summed; (5) ``benchmarks.gpu_shapes``: what a batch of a
+  shape not run before costs on the service's session, with CUDA's kernels loaded lazily and eagerly, exact and
+  bucketed. Workloads: SST-2 dev sentences (MiniLM), and BERT-base on WikiText pieces of exactly 128 and 512 tokens.
+  ``--device cpu --base-size tiny`` is a smoke run of the script on a machine without a GPU (its report goes to
+  WORK_DIR/gpu-smoke).
 
     python -m benchmarks.gpu export --sst2-checkpoint DIR --work-dir /tmp/gpu
     python -m benchmarks.gpu measure --sst2-checkpoint DIR --work-dir /tmp/gpu --out benchmarks/results/gpu
@@ -202,13 +203,14 @@ def core_points(bundle: Path, model: str, texts: list[str], args: argparse.Names
 
 
 def batch_counters(port: int, model: str) -> dict[str, float]:
-    """The server's batch counters for ``model`` from /metrics: batches, rows, and seconds inside the model."""
+    """The server's batch counters for ``model`` from /metrics: batches, rows, and seconds inside the model (summed
+    over its serving processes, one series each with ``--processes``)."""
     text = post_get_text(port, "/metrics")
     found: dict[str, float] = {}
     for key, metric in (("rows", "bertserve_batch_size"), ("run_s", "bertserve_inference_seconds")):
         for part in ("sum", "count"):
-            match = re.search(rf'^{metric}_{part}{{[^}}]*model="{model}"[^}}]*}} (\S+)$', text, re.MULTILINE)
-            found[f"{key}_{part}"] = float(match.group(1)) if match else 0.0
+            values = re.findall(rf'^{metric}_{part}{{[^}}]*model="{model}"[^}}]*}} (\S+)$', text, re.MULTILINE)
+            found[f"{key}_{part}"] = sum(float(value) for value in values)
     return found
 
 
@@ -412,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape-calls", type=int, default=300, help="batches of the new-shape study (0: skip it)")
     parser.add_argument("--torch-from", type=Path, help="take the torch pipeline's figures from this earlier report")
     parser.add_argument("--processes", type=server_counts, default=[2, 4],
-                        help="server counts of the several-processes step (0: skip it)")  # fmt: skip
+                        help="--processes counts of the several-processes step (0: skip it)")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.work_dir.mkdir(parents=True, exist_ok=True)

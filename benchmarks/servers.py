@@ -90,8 +90,14 @@ def stop(server: Server) -> None:
 
 @contextmanager
 def running(
-    name: str, command: list[str], port: int, ready_path: str, log_dir: Path, env: dict[str, str] | None = None,
-    ready_timeout_s: float = 300.0, cwd: Path = REPO_ROOT,
+    name: str,
+    command: list[str],
+    port: int,
+    ready_path: str,
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+    ready_timeout_s: float = 300.0,
+    cwd: Path = REPO_ROOT,
 ) -> Iterator[Server]:
     """Run ``command`` in its own process group; yield once ``ready_path`` answers; stop it afterwards."""
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -104,10 +110,32 @@ def running(
         server = Server(name, f"http://127.0.0.1:{port}", process, log_path)
         try:
             wait_ready(server.base_url + ready_path, process, log_path, ready_timeout_s)
+            if (count := serving_processes(command)) > 1:  # the first one's readiness opened the port
+                wait_all_serving(server.base_url, count, process, ready_timeout_s)
             log.info("%s ready on port %d (pid %d)", name, port, process.pid)
             yield server
         finally:
             stop(server)
+
+
+def serving_processes(command: list[str]) -> int:
+    """How many serving processes ``python -m service ... --processes N`` (or ``--serve-processes N``) starts."""
+    for flag in ("--processes", "--serve-processes"):
+        if flag in command[:-1]:
+            return int(command[command.index(flag) + 1])
+    return 1
+
+
+def wait_all_serving(base_url: str, count: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Until each of ``count`` serving processes has its series in /metrics (each is ready before it serves)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        with urllib.request.urlopen(base_url + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+        if all(f'process="{index}"' in text for index in range(count)):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"not every one of {count} serving processes served within {timeout_s:.0f} s")
 
 
 def bertserve_command(models: dict[str, Path], port: int) -> list[str]:
@@ -119,8 +147,16 @@ def bertserve_command(models: dict[str, Path], port: int) -> list[str]:
 
 def naive_command(port: int) -> list[str]:
     return [
-        sys.executable, "-m", "uvicorn", "benchmarks.naive_app:app",
-        "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "benchmarks.naive_app:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
     ]
 
 
@@ -131,8 +167,22 @@ def naive_env(model_dir: Path, task: str) -> dict[str, str]:
 def infinity_command(venv: Path, model_dir: Path, served_name: str, port: int, batch_size: int = 32) -> list[str]:
     launcher = "import sys; from infinity_emb.cli import cli; sys.argv[0] = 'infinity_emb'; cli()"
     return [
-        str(venv / "bin" / "python"), "-c", launcher, "v2",
-        "--model-id", str(model_dir), "--served-model-name", served_name,
-        "--engine", "torch", "--device", "cpu", "--batch-size", str(batch_size),
-        "--port", str(port), "--host", "127.0.0.1",
+        str(venv / "bin" / "python"),
+        "-c",
+        launcher,
+        "v2",
+        "--model-id",
+        str(model_dir),
+        "--served-model-name",
+        served_name,
+        "--engine",
+        "torch",
+        "--device",
+        "cpu",
+        "--batch-size",
+        str(batch_size),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
     ]

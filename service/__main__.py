@@ -13,7 +13,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -27,6 +27,7 @@ from service.settings import Settings
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from service.core import ServiceCore
     from service.processes import Siblings
 
 logger = logging.getLogger("service")
@@ -69,9 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     return serve(settings)
 
 
-def serve(settings: Settings, sockets: list[socket.socket] | None = None, siblings: Siblings | None = None) -> int:
+def serve(
+    settings: Settings,
+    sockets: list[socket.socket] | None = None,
+    siblings: Siblings | None = None,
+    loaded: Callable[[ServiceCore], object] | None = None,
+) -> int:
     """Load the models and serve them over HTTP until SIGTERM: on the settings' host and port, or as one process of
-    several (``service.processes``) on ``sockets``."""
+    several (``service.processes``) on ``sockets``. ``loaded`` sees the core once its models are loaded, before any
+    start (a study's stand-in for the device)."""
     from service.app import create_app
     from service.core import ServiceCore
     from service.device import DeviceUnavailable
@@ -91,6 +98,8 @@ def serve(settings: Settings, sockets: list[socket.socket] | None = None, siblin
         print(f"bertserve: error: no model could be loaded: {', '.join(sorted(core.registry.broken))}", file=sys.stderr)
         return 1
 
+    if loaded is not None:
+        loaded(core)
     app = create_app(core=core)
     app.state.siblings = siblings
     config = uvicorn.Config(

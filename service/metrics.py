@@ -229,10 +229,15 @@ class _Families:
         return self.families
 
 
-def labelled_by_process(expositions: Mapping[int, bytes]) -> bytes:
+def labelled_by_process(expositions: Mapping[int, bytes], processes: int) -> bytes:
     """Several serving processes' expositions (process index -> its text) as one, every sample labelled with its
-    ``process``: a scrape of any one process sees them all, and ``sum without (process)`` gives the service's."""
-    families: dict[str, Metric] = {}
+    ``process``: a scrape of any one process sees them all, and ``sum without (process)`` gives the service's. A
+    process that did not answer (being replaced) is missing: ``bertserve_processes`` says how many did."""
+    counted = GaugeMetricFamily("bertserve_processes", "Serving processes: configured, and those in this scrape",
+                                labels=["state"])  # fmt: skip
+    counted.add_metric(["configured"], processes)
+    counted.add_metric(["scraped"], len(expositions))
+    families: dict[str, Metric] = {counted.name: counted}
     for index, text in sorted(expositions.items()):
         for family in text_string_to_metric_families(text.decode()):
             merged = families.get(family.name)

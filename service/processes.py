@@ -29,15 +29,20 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.settings import Settings
 from service.supervision import FIRST_BACKOFF_S, HEALTHY_AFTER_S, MAX_BACKOFF_S
+
+if TYPE_CHECKING:
+    from service.core import ServiceCore
+
+    Loaded = Callable[[ServiceCore], object]
 
 logger = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
@@ -124,7 +129,9 @@ def die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-def process_main(settings: Settings, shared: socket.socket, siblings: Siblings, parent: int) -> None:
+def process_main(
+    settings: Settings, shared: socket.socket, siblings: Siblings, parent: int, loaded: Loaded | None = None
+) -> None:
     """One serving process: the models loaded, then the app on the shared socket and on its private one."""
     from service.__main__ import configure_logging, serve
     from service.device import DeviceUnavailable, resolve_device
@@ -138,14 +145,14 @@ def process_main(settings: Settings, shared: socket.socket, siblings: Siblings, 
     private = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     private.bind(str(siblings.socket_path(siblings.index)))
     private.listen(64)
-    sys.exit(serve(settings, sockets=[shared, private], siblings=siblings))
+    sys.exit(serve(settings, sockets=[shared, private], siblings=siblings, loaded=loaded))
 
 
 class Supervisor:
     """Starts the processes, replaces those that die and stops them all on SIGTERM or SIGINT."""
 
-    def __init__(self, settings: Settings, shared: socket.socket, folder: Path) -> None:
-        self.settings, self.shared, self.folder = settings, shared, folder
+    def __init__(self, settings: Settings, shared: socket.socket, folder: Path, loaded: Loaded | None = None) -> None:
+        self.settings, self.shared, self.folder, self.loaded = settings, shared, folder, loaded
         self.context = multiprocessing.get_context("spawn")  # no forked copy of a parent's threads or CUDA state
         self.processes: list[BaseProcess | None] = [None] * settings.processes
         self.stopping = False
@@ -158,7 +165,7 @@ class Supervisor:
             siblings.socket_path(index).unlink()  # a dead process's
         process = self.context.Process(
             target=process_main,
-            args=(self.settings, self.shared, siblings, os.getpid()),
+            args=(self.settings, self.shared, siblings, os.getpid(), self.loaded),
             name=f"bertserve-{index}",
         )
         process.start()
@@ -238,12 +245,12 @@ class Supervisor:
                 process.join()
 
 
-def serve_processes(settings: Settings) -> int:
+def serve_processes(settings: Settings, loaded: Loaded | None = None) -> int:
     """``python -m service --processes N``: the supervisor's life, from binding the socket to the last process's
-    end."""
+    end. ``loaded``: as ``service.__main__.serve``'s, in every process (picklable: a module's function)."""
     shared = listening_socket(settings)
     folder = Path(tempfile.mkdtemp(prefix="bertserve-processes-"))  # 0700: only this user reaches the processes
-    supervisor = Supervisor(settings, shared, folder)
+    supervisor = Supervisor(settings, shared, folder, loaded)
     previous = {sig: signal.signal(sig, supervisor.handle_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     logger.info("serving with %d processes on %s:%d", settings.processes, settings.host, shared.getsockname()[1])
     try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -43,6 +44,7 @@ from benchmarks.report import tree_commit
 from benchmarks.studies.core_floor import WARMUP_S, Shapes, closed_loop, route_of
 from contract.onnx_io import PaddedRows
 from service.api.bodies import encode_json
+from service.core import ServiceCore
 from service.engine import Engine
 from service.settings import Settings
 
@@ -109,7 +111,7 @@ async def measure_core(args: argparse.Namespace) -> list[dict[str, Any]]:
                 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
                 batches = max(1, shapes.batches)
                 points.append({
-                    "transport": "core", "switch_interval_ms": interval, "concurrency": clients,
+                    "transport": "core", "processes": 1, "switch_interval_ms": interval, "concurrency": clients,
                     "sequences_per_s": round(requests / wall, 1), "rows_per_batch": round(shapes.rows / batches, 2),
                     "worker_ms_per_batch": round(1000 * shapes.model_s / batches, 3),
                     "device_ms_per_batch": round(1000 * (stand_in.slept_s - slept) / batches, 3),
@@ -122,19 +124,26 @@ async def measure_core(args: argparse.Namespace) -> list[dict[str, Any]]:
     return points
 
 
-def serve(args: argparse.Namespace) -> None:
-    """The server process: the service's app over uvicorn, its model's session replaced by the stand-in."""
-    import uvicorn
+def install_stand_in(core: ServiceCore, device_ms: float, row_ms: float, interval_ms: float, cpus: list[int]) -> None:
+    """In a serving process, once its models are loaded: the stand-in under the model, the switch interval, and
+    every CPU back (one of several processes is pinned to its share on a CPU device, as it would not be on a GPU;
+    the threads made from here on inherit it)."""
+    stand_in_for(core.registry.engines["sst2"], argparse.Namespace(device_ms=device_ms, row_ms=row_ms))
+    sys.setswitchinterval(interval_ms / 1000)
+    os.sched_setaffinity(0, cpus)
 
-    from service.app import create_app
-    from service.core import ServiceCore
 
-    settings = batching_settings(args, models=[f"sst2={args.bundle}"], host="127.0.0.1", port=args.port)
-    core = ServiceCore(settings)
-    core.load()
-    stand_in_for(core.registry.engines["sst2"], args)
-    sys.setswitchinterval(args.serve_interval / 1000)
-    uvicorn.run(create_app(core=core), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+def serve(args: argparse.Namespace) -> int:
+    """The server: ``python -m service``'s own serving (``--serve-processes`` of them on the port), each process's
+    model session replaced by the stand-in."""
+    from service.__main__ import serve as serve_one
+    from service.processes import serve_processes
+
+    settings = batching_settings(args, models=[f"sst2={args.bundle}"], host="127.0.0.1", port=args.port,
+                                 processes=args.serve_processes)  # fmt: skip
+    loaded = functools.partial(install_stand_in, device_ms=args.device_ms, row_ms=args.row_ms,
+                               interval_ms=args.serve_interval, cpus=sorted(os.sched_getaffinity(0)))  # fmt: skip
+    return serve_processes(settings, loaded) if args.serve_processes > 1 else serve_one(settings, loaded=loaded)
 
 
 def measure_served(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -142,11 +151,12 @@ def measure_served(args: argparse.Namespace) -> list[dict[str, Any]]:
     from benchmarks.gpu import batch_counters, batch_figures
 
     bodies, points = sst2_bodies(), []
-    for interval in args.intervals:
+    for processes, interval in [(processes, interval) for processes in args.processes for interval in args.intervals]:
         port = servers.free_port()
         command = [sys.executable, "-m", "benchmarks.studies.gil_handoff", "--serve", "--bundle", str(args.bundle),
                    "--port", str(port), "--device-ms", str(args.device_ms), "--row-ms", str(args.row_ms),
-                   "--serve-interval", str(interval), "--parallel-runs", str(args.parallel_runs)]  # fmt: skip
+                   "--serve-interval", str(interval), "--parallel-runs", str(args.parallel_runs),
+                   "--serve-processes", str(processes)]  # fmt: skip
         with servers.running("stand-in", command, port, "/health/ready", LOG_DIR) as server:
             for clients in args.concurrency:
                 counters, cpu = batch_counters(port, "sst2"), servers.session_cpu_seconds(server.pid)
@@ -161,7 +171,8 @@ def measure_served(args: argparse.Namespace) -> list[dict[str, Any]]:
                                                              strict=True) if end > started + WARMUP_S]  # fmt: skip
                 p50 = percentile(latencies, 0.5)
                 points.append({
-                    "transport": "served", "switch_interval_ms": interval, "concurrency": clients,
+                    "transport": "served", "processes": processes, "switch_interval_ms": interval,
+                    "concurrency": clients,
                     "sequences_per_s": round(rate or 0.0, 1), "rows_per_batch": rows,
                     "worker_ms_per_batch": inside["run_ms_per_batch"] or 0.0,
                     "device_ms_per_batch": round(args.device_ms + args.row_ms * rows, 3),
@@ -173,15 +184,17 @@ def measure_served(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def medians(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (transport, switch interval, concurrency): the medians over rounds."""
-    grouped: dict[tuple[str, float, int], list[dict[str, Any]]] = {}
+    """One row per (transport, processes, switch interval, concurrency): the medians over rounds."""
+    grouped: dict[tuple[str, int, float, int], list[dict[str, Any]]] = {}
     for point in points:
-        grouped.setdefault((point["transport"], point["switch_interval_ms"], point["concurrency"]), []).append(point)
+        key = (point["transport"], point.get("processes", 1), point["switch_interval_ms"], point["concurrency"])
+        grouped.setdefault(key, []).append(point)
     rows = []
-    for transport, interval, clients in sorted(grouped, key=lambda group: (group[0], -group[1], group[2])):
-        found = grouped[(transport, interval, clients)]
-        row: dict[str, Any] = {"transport": transport, "switch_interval_ms": interval, "concurrency": clients,
-                               "rounds": len(found)}  # fmt: skip
+    for key in sorted(grouped, key=lambda group: (group[0], group[1], -group[2], group[3])):
+        transport, processes, interval, clients = key
+        found = grouped[key]
+        row: dict[str, Any] = {"transport": transport, "processes": processes, "switch_interval_ms": interval,
+                               "concurrency": clients, "rounds": len(found)}  # fmt: skip
         for figure in ("sequences_per_s", "rows_per_batch", "worker_ms_per_batch", "device_ms_per_batch",
                        "cpu_ms_per_request"):  # fmt: skip
             row[figure] = statistics.median(point[figure] for point in found)
@@ -202,16 +215,16 @@ def markdown(report: dict[str, Any]) -> str:
         f"point, medians; {report['cpu_count']} CPUs; load average at start {report['load_avg']['start']}, at end "
         f"{report['load_avg']['end']}.",
         "",
-        "| transport | switch interval | c | seq/s | rows/batch | worker ms/batch | device ms/batch | worker - device "
-        "| seq/s if a batch took its device time | CPU ms/request | p50 ms |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| transport | processes | switch interval | c | seq/s | rows/batch | worker ms/batch | device ms/batch "
+        "| worker - device | seq/s if a batch took its device time | CPU ms/request | p50 ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in report["medians"]:
-        device = row["device_ms_per_batch"]
-        ideal = row["rows_per_batch"] * report["parallel_runs"] / device * 1000 if device else None
+        device, processes = row["device_ms_per_batch"], row.get("processes", 1)
+        ideal = row["rows_per_batch"] * report["parallel_runs"] * processes / device * 1000 if device else None
         p50 = row.get("p50_ms")
         lines.append(
-            f"| {row['transport']} | {row['switch_interval_ms']:g} ms | {row['concurrency']} "
+            f"| {row['transport']} | {processes} | {row['switch_interval_ms']:g} ms | {row['concurrency']} "
             f"| {row['sequences_per_s']:,.1f} "
             f"| {row['rows_per_batch']:.1f} | {row['worker_ms_per_batch']:.2f} | {device:.2f} "
             f"| {row['worker_ms_per_batch'] - device:+.2f} | {'-' if ideal is None else f'{ideal:,.0f}'} "
@@ -231,21 +244,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="switch intervals in ms (sys.setswitchinterval; Python's default is 5)")  # fmt: skip
     parser.add_argument("--concurrency", type=lambda t: [int(c) for c in t.split(",")], default=[1, 32, 128])
     parser.add_argument("--parallel-runs", type=int, default=2, help="workers running a batch at once (of two)")
+    parser.add_argument("--processes", type=lambda t: [int(c) for c in t.split(",")], default=[1],
+                        help="serving processes of the served transport (python -m service --processes)")  # fmt: skip
+    parser.add_argument("--transports", type=lambda t: t.split(","), default=["core", "served"])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--out", type=Path, help="report prefix (.json and .md)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-interval", type=float, default=5.0, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-processes", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.serve:
-        serve(args)
-        return 0
+        return serve(args)
     load_start = [round(value, 2) for value in os.getloadavg()]
     points: list[dict[str, Any]] = []
     for number in range(args.rounds):  # rounds interleave the transports, in turn first
-        for transport in ("core", "served") if number % 2 == 0 else ("served", "core"):
+        for transport in args.transports if number % 2 == 0 else args.transports[::-1]:
             found = asyncio.run(measure_core(args)) if transport == "core" else measure_served(args)
             points += [{**point, "round": number} for point in found]
     report = {

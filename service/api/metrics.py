@@ -31,10 +31,12 @@ async def metrics(request: Request, service_metrics: MetricsDep) -> Response:
     )
     expositions = {siblings.index: own}
     for index, answer in zip(others, answers, strict=True):
-        if isinstance(answer, OSError):  # a process being replaced: its series are left out of this scrape
+        if isinstance(answer, (FileNotFoundError, ConnectionRefusedError)):  # not started yet, or being replaced
+            logger.debug("metrics of process %d left out: %s", index, answer)
+        elif isinstance(answer, OSError):
             logger.warning("metrics of process %d left out: %s", index, answer)
         elif isinstance(answer, BaseException):
             raise answer
         else:
             expositions[index] = answer
-    return Response(labelled_by_process(expositions), media_type=CONTENT_TYPE_LATEST)
+    return Response(labelled_by_process(expositions, siblings.count), media_type=CONTENT_TYPE_LATEST)

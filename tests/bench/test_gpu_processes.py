@@ -1,40 +1,23 @@
-"""benchmarks.gpu_processes: its servers start side by side, and a failed start leaves none running."""
+"""benchmarks.gpu_processes on a CPU: ``python -m service --processes N`` loaded by N client processes, summed."""
 
 from __future__ import annotations
 
-from contextlib import ExitStack
-from typing import Any
+from pathlib import Path
 
-import pytest
-
-from benchmarks.gpu_processes import start_all
-
-
-class Probe:
-    def __init__(self, fail: bool = False) -> None:
-        self.fail, self.entered, self.exited = fail, False, False
-
-    def __enter__(self) -> Probe:
-        if self.fail:
-            raise RuntimeError("did not start")
-        self.entered = True
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.exited = True
+from benchmarks.gpu_processes import measure
+from tests.service.conftest import text_classification_model, tiny_models  # noqa: F401 (the fixtures)
+from tests.service.tiny_models import TinyModel
 
 
-def test_every_started_server_stops_when_one_fails_to_start() -> None:
-    probes = [Probe(), Probe(fail=True), Probe()]
-    with pytest.raises(RuntimeError, match="did not start"), ExitStack() as stack:
-        start_all(stack, probes)
-    assert [probe.entered for probe in probes] == [True, False, True]
-    assert [probe.exited for probe in probes] == [True, False, True]
-
-
-def test_started_servers_run_until_the_stack_closes() -> None:
-    probes = [Probe(), Probe()]
-    with ExitStack() as stack:
-        start_all(stack, probes)
-        assert all(probe.entered and not probe.exited for probe in probes)
-    assert all(probe.exited for probe in probes)
+def test_each_count_serves_every_workload_from_all_its_clients(
+    tmp_path: Path,
+    text_classification_model: TinyModel,  # noqa: F811
+) -> None:
+    loads = {"short": ("clf", ["a good film", "a bad one", "fine"])}
+    found = measure({"clf": text_classification_model.bundle}, loads, [1, 2], "cpu", 0.3, 1.0, tmp_path)
+    assert found["total_clients"] == 128 and set(found["counts"]) == {"1", "2"}
+    for count in (1, 2):
+        point = found["counts"][str(count)]["short"]
+        assert len(point["per_client"]) == count and all(rate > 0 for rate in point["per_client"])
+        assert point["clients_each"] == 128 // count
+        assert abs(point["sequences_per_s"] - sum(point["per_client"])) <= 0.1 * count  # each rounded to 0.1

@@ -37,18 +37,18 @@ def test_without_engine_points_the_report_has_no_engine_section() -> None:
     assert "In process" in markdown(results())
 
 
-def test_the_processes_section_sums_the_servers_beside_the_one_server_point() -> None:
+def test_the_processes_section_sums_the_clients_beside_the_one_process_point() -> None:
     from benchmarks.gpu import server_counts
     from benchmarks.gpu_processes import markdown_lines
 
     found = results()
     assert markdown_lines(found) == []
     found["processes"] = {"total_clients": 128, "counts": {
-        "2": {"base-128": {"sequences_per_s": 2900.0, "per_server": [1500.0, 1400.0], "clients_each": 64}},
-        "4": {"base-128": {"sequences_per_s": 5000.5, "per_server": [1250.0] * 4, "clients_each": 32}},
+        "2": {"base-128": {"sequences_per_s": 2900.0, "per_client": [1500.0, 1400.0], "clients_each": 64}},
+        "4": {"base-128": {"sequences_per_s": 5000.5, "per_client": [1250.0] * 4, "clients_each": 32}},
     }}  # fmt: skip
     lines = markdown_lines(found)
-    assert "| workload | one server, c=128 | 2 servers | 4 servers |" in lines
+    assert "| workload | one process, c=128 | 2 processes | 4 processes |" in lines
     assert "| base-128 | 1,600.0 | 2,900.0 (1,500, 1,400) | 5,000.5 (1,250, 1,250, 1,250, 1,250) |" in lines
     assert "More than one serving process" in markdown(found)
     assert server_counts("2,4") == [2, 4] and server_counts("0") == [] and server_counts("") == []

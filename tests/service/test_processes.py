@@ -235,7 +235,7 @@ def test_expositions_merge_with_a_process_label() -> None:
     first.request_seconds.labels("/a").observe(0.002)
     from prometheus_client import generate_latest
 
-    text = labelled_by_process({1: generate_latest(second.registry), 0: generate_latest(first.registry)}).decode()
+    text = labelled_by_process({1: generate_latest(second.registry), 0: generate_latest(first.registry)}, 3).decode()
     assert text.count("# TYPE bertserve_requests_total counter") + text.count("# TYPE bertserve_requests counter") == 1
     samples = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
                for family in text_string_to_metric_families(text) for sample in family.samples}  # fmt: skip
@@ -244,3 +244,5 @@ def test_expositions_merge_with_a_process_label() -> None:
     assert samples[("bertserve_requests_total", (("process", "1"), ("route", "/b"), ("status", "404")))] == 1
     bucket = ("bertserve_request_duration_seconds_bucket", (("le", "0.0025"), ("process", "0"), ("route", "/a")))
     assert samples[bucket] == 1
+    assert samples[("bertserve_processes", (("state", "configured"),))] == 3  # one did not answer
+    assert samples[("bertserve_processes", (("state", "scraped"),))] == 2
