@@ -71,14 +71,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(
-    settings: Settings,
-    sockets: list[socket.socket] | None = None,
-    siblings: Siblings | None = None,
-    loaded: Callable[[ServiceCore], object] | None = None,
+    settings: Settings, siblings: Siblings | None = None, loaded: Callable[[ServiceCore], object] | None = None
 ) -> int:
-    """Load the models and serve them over HTTP until SIGTERM: on the settings' host and port, or as one process of
-    several (``service.processes``) on ``sockets``. ``loaded`` sees the core once its models are loaded, before any
-    start (a study's stand-in for the device)."""
+    """Load the models and serve them over HTTP on the settings' host and port until SIGTERM, alone or as one process
+    of several (``service.processes``). ``loaded`` sees the core once its models are loaded, before any start (a
+    study's stand-in for the device)."""
     from service.app import create_app
     from service.core import ServiceCore
     from service.device import DeviceUnavailable
@@ -113,7 +110,12 @@ def serve(
         timeout_keep_alive=settings.keep_alive_s,
         http=bounded_headers_protocol(settings.max_header_bytes),
     )
-    GracefulServer(config, app).run(sockets=sockets)
+    if siblings is None:
+        GracefulServer(config, app).run()
+    else:
+        from service.processes import ProcessServer
+
+        ProcessServer(config, app, siblings).run()
     return 0
 
 

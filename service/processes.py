@@ -1,11 +1,14 @@
-"""``--processes N``: N serving processes on one listening socket, each loading every model, kept alive by the first.
+"""``--processes N``: N serving processes on one port, each loading every model, kept alive by a supervisor.
 
 Where the model runs off the CPU (a GPU), one Python process's own work per request (HTTP, tokenizing, answers) is
 the ceiling long before the device is (``benchmarks/results/gil_handoff.md``): more processes are the way past it,
-as uvicorn's ``--workers`` and LitServe's ``workers_per_device`` do. The supervisor binds the socket, then starts the
-processes one after another, each when the previous one is ready (its models tuned while the others wait, and on a
-GPU each sees the memory the earlier ones took); every process accepts from the one socket. On a CPU each process is
-pinned to its share of the CPUs, so its tuning and ONNX Runtime's threads use that share, not all of them.
+as uvicorn's ``--workers`` and LitServe's ``workers_per_device`` do. The supervisor starts the processes one after
+another, each when the previous one is ready (its models tuned while the others wait, and on a GPU each sees the
+memory the earlier ones took). A process takes connections only once its models are warm: then it opens the port
+with ``SO_REUSEPORT``, and the kernel shares new connections out among the processes' sockets by their addresses, so
+a client's keep-alive connections spread over the processes (one accept queue for all would leave them wherever the
+first free process took them) and a replacement warming up takes none. On a CPU each process is pinned to its share
+of the CPUs, so its tuning and ONNX Runtime's threads use that share, not all of them.
 
 Each process also serves the same app on a private Unix socket (``process-K.sock`` in a folder only this user can
 open): the supervisor asks it for readiness there, and ``/metrics`` asks every sibling for its own series there and
@@ -17,6 +20,7 @@ the supervisor if it is killed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import http.client
@@ -36,10 +40,15 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import uvicorn
+
+from service.__main__ import GracefulServer
 from service.settings import Settings
 from service.supervision import FIRST_BACKOFF_S, HEALTHY_AFTER_S, MAX_BACKOFF_S
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from service.core import ServiceCore
 
     Loaded = Callable[[ServiceCore], object]
@@ -102,15 +111,13 @@ def on_private_socket(scope: Mapping[str, Any]) -> bool:
     return server is not None and server[1] is None
 
 
-def listening_socket(settings: Settings) -> socket.socket:
-    """The socket every process accepts from, bound as uvicorn binds its own (``python -m service`` checked the
-    address is free)."""
-    family, kind, proto, _, address = socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)[0]
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port beside the other processes' (``SO_REUSEPORT``); the server listens on it."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind(address)
-    sock.listen(2048)
-    sock.set_inheritable(True)
     return sock
 
 
@@ -129,10 +136,8 @@ def die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-def process_main(
-    settings: Settings, shared: socket.socket, siblings: Siblings, parent: int, loaded: Loaded | None = None
-) -> None:
-    """One serving process: the models loaded, then the app on the shared socket and on its private one."""
+def process_main(settings: Settings, siblings: Siblings, parent: int, loaded: Loaded | None = None) -> None:
+    """One serving process: its CPU share on a CPU, the models loaded, then the app (``ProcessServer``)."""
     from service.__main__ import configure_logging, serve
     from service.device import DeviceUnavailable, resolve_device
 
@@ -142,17 +147,59 @@ def process_main(
         if not resolve_device(settings.device).is_cuda and hasattr(os, "sched_setaffinity"):
             cpus = sorted(os.sched_getaffinity(0))
             os.sched_setaffinity(0, cpu_share(siblings.index, siblings.count, cpus))
-    private = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    private.bind(str(siblings.socket_path(siblings.index)))
-    private.listen(64)
-    sys.exit(serve(settings, sockets=[shared, private], siblings=siblings, loaded=loaded))
+    sys.exit(serve(settings, siblings=siblings, loaded=loaded))
+
+
+class ProcessServer(GracefulServer):
+    """One process's server: the app on its private socket from the start, on the public port once every model is
+    warm (its readiness), as uvicorn would serve a socket given at start-up."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI, siblings: Siblings) -> None:
+        super().__init__(config, app)
+        self.siblings = siblings
+        self._opening: asyncio.Task[None] | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        private = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        private.bind(str(self.siblings.socket_path(self.siblings.index)))
+        await super().startup(sockets=[private])
+        if self.started:
+            self._opening = asyncio.create_task(self._open_when_ready())
+
+    async def _open_when_ready(self) -> None:
+        registry = self.app.state.registry
+        while not registry.ready:
+            if self.should_exit:
+                return
+            await asyncio.sleep(READY_POLL_S / 4)
+        config = self.config
+
+        def protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state, _loop=_loop
+            )
+
+        try:
+            sock = reuse_port_socket(config.host, config.port)
+            self.servers.append(await asyncio.get_running_loop().create_server(protocol, sock=sock,
+                                                                              backlog=config.backlog))  # fmt: skip
+        except OSError as exc:
+            logger.error("process %d cannot listen on %s:%d: %s", self.siblings.index, config.host, config.port, exc)
+            self.should_exit = True
+            return
+        logger.info("process %d takes connections on %s:%d", self.siblings.index, config.host, config.port)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._opening is not None:
+            self._opening.cancel()
+        await super().shutdown(sockets=sockets)
 
 
 class Supervisor:
     """Starts the processes, replaces those that die and stops them all on SIGTERM or SIGINT."""
 
-    def __init__(self, settings: Settings, shared: socket.socket, folder: Path, loaded: Loaded | None = None) -> None:
-        self.settings, self.shared, self.folder, self.loaded = settings, shared, folder, loaded
+    def __init__(self, settings: Settings, folder: Path, loaded: Loaded | None = None) -> None:
+        self.settings, self.folder, self.loaded = settings, folder, loaded
         self.context = multiprocessing.get_context("spawn")  # no forked copy of a parent's threads or CUDA state
         self.processes: list[BaseProcess | None] = [None] * settings.processes
         self.stopping = False
@@ -165,7 +212,7 @@ class Supervisor:
             siblings.socket_path(index).unlink()  # a dead process's
         process = self.context.Process(
             target=process_main,
-            args=(self.settings, self.shared, siblings, os.getpid(), self.loaded),
+            args=(self.settings, siblings, os.getpid(), self.loaded),
             name=f"bertserve-{index}",
         )
         process.start()
@@ -191,6 +238,8 @@ class Supervisor:
         """Start every process in turn; then keep them alive until asked to stop. The exit status: 0 after a stop,
         else that of a process that ended before it first served."""
         for index in range(len(self.processes)):
+            if self.stopping:
+                break
             process = self.start(index)
             if not self.wait_ready(index, process) and not self.stopping:
                 process.join()
@@ -248,15 +297,13 @@ class Supervisor:
 def serve_processes(settings: Settings, loaded: Loaded | None = None) -> int:
     """``python -m service --processes N``: the supervisor's life, from binding the socket to the last process's
     end. ``loaded``: as ``service.__main__.serve``'s, in every process (picklable: a module's function)."""
-    shared = listening_socket(settings)
     folder = Path(tempfile.mkdtemp(prefix="bertserve-processes-"))  # 0700: only this user reaches the processes
-    supervisor = Supervisor(settings, shared, folder, loaded)
+    supervisor = Supervisor(settings, folder, loaded)
     previous = {sig: signal.signal(sig, supervisor.handle_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    logger.info("serving with %d processes on %s:%d", settings.processes, settings.host, shared.getsockname()[1])
+    logger.info("serving with %d processes on %s:%d", settings.processes, settings.host, settings.port)
     try:
         return supervisor.run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        shared.close()
         shutil.rmtree(folder, ignore_errors=True)

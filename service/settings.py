@@ -368,8 +368,8 @@ class Settings(BaseSettings):
             for setting, value in (("data_dir", self.data_dir), ("allow_client_shm", self.allow_client_shm)):
                 if value:
                     raise ValueError(f"{setting} needs processes=1: its state lives in one process")
-            if self.grpc_port == 0:
-                raise ValueError("grpc_port=0 needs processes=1: each process would pick a port of its own")
+            if self.port == 0 or self.grpc_port == 0:
+                raise ValueError("port 0 needs processes=1: each process would pick a port of its own")
         return self
 
     def tunes(self) -> bool:

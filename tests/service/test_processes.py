@@ -7,6 +7,7 @@ behind (SIGTERM, or the supervisor killed), start-up settings that need one proc
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -145,6 +146,24 @@ def test_both_processes_answer_alike_and_metrics_count_every_request(
         assert not shares[0] & shares[1] and shares[0] | shares[1] <= os.sched_getaffinity(0)
 
 
+def test_keep_alive_connections_spread_over_the_processes(two_processes: tuple[subprocess.Popen[bytes], int]) -> None:
+    _, port = two_processes
+    connections = [http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(20)]
+    body = json.dumps({"inputs": "kept alive"}).encode()
+    for _ in range(3):
+        for connection in connections:
+            connection.request("POST", ROUTE, body=body, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            assert response.status == 200 and response.getheader("connection") != "close"
+            response.read()
+    for connection in connections:
+        connection.close()
+    served = {dict(labels)["process"]: value for (name, labels), value in scrape(port).items()
+              if name == "bertserve_requests_total" and dict(labels)["route"] == ROUTE}  # fmt: skip
+    assert sum(served.values()) == 60
+    assert set(served) == {"0", "1"} and min(served.values()) >= 3  # by connection: 20 split by their addresses
+
+
 def test_grpc_calls_are_shared_out_on_one_port(two_processes: tuple[subprocess.Popen[bytes], int]) -> None:
     process, port = two_processes
     texts = ["a fine film", "a dull one"]
@@ -209,7 +228,7 @@ def test_a_bad_bundle_stops_start_up_once(tmp_path: Path) -> None:
     assert time.monotonic() - started < 60
 
 
-@pytest.mark.parametrize("setting", [["--data-dir", "DIR"], ["--allow-client-shm"], ["--grpc-port", "0"]])
+@pytest.mark.parametrize("setting", [["--data-dir", "DIR"], ["--allow-client-shm"], ["--port", "0"]])
 def test_settings_that_need_one_process_are_refused(tmp_path: Path, setting: list[str]) -> None:
     args = [value.replace("DIR", str(tmp_path)) for value in setting]
     process = supervisor(["--processes", "2", "--model", f"x={tmp_path}", *args], free_port())
