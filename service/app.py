@@ -7,11 +7,12 @@ workers stopped).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -39,6 +40,9 @@ from service.middleware import (
 )
 from service.oip import HEADER_LENGTH
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.grpc.server import GrpcTransport
 
 logger = logging.getLogger(__name__)
 # The service makes its own spans and metrics (service.tracing, service.metrics). FastAPI's native OpenTelemetry (from
@@ -97,6 +101,12 @@ def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     return _error_response(ServiceError(f"internal error: {type(exc).__name__}"), request)
 
 
+async def start_when_ready(core: ServiceCore, grpc: GrpcTransport) -> None:
+    while not core.ready:
+        await asyncio.sleep(0.05)
+    await grpc.start()
+
+
 def create_app(
     settings: Settings | None = None,
     engines: Mapping[str, Engine] | None = None,
@@ -116,18 +126,23 @@ def create_app(
         app.state.registry = core.registry
         if batch_runner is not None:
             batch_runner.start()
-        grpc = None
+        grpc, opening = None, None
         if settings.grpc_port is not None:  # the gRPC transport, over the same core, on this event loop
             from service.grpc.server import GrpcTransport
 
             grpc = GrpcTransport(core)
-            await grpc.start()
+            if settings.processes > 1:  # one of several (service.processes): it opens the port once its models are warm
+                opening = asyncio.create_task(start_when_ready(core, grpc))
+            else:
+                await grpc.start()
             app.state.grpc = grpc
         try:
             yield
         finally:
             if batch_runner is not None:
                 await batch_runner.stop()  # an uncommitted chunk runs again on the next start
+            if opening is not None:
+                opening.cancel()
             if grpc is not None:
                 await grpc.stop(grace_s=settings.timeout_s)  # calls in flight finish within their deadline
             await core.stop(drain=True)

@@ -295,7 +295,7 @@ class Supervisor:
 
 
 def serve_processes(settings: Settings, loaded: Loaded | None = None) -> int:
-    """``python -m service --processes N``: the supervisor's life, from binding the socket to the last process's
+    """``python -m service --processes N``: the supervisor's life, from starting the first process to the last one's
     end. ``loaded``: as ``service.__main__.serve``'s, in every process (picklable: a module's function)."""
     folder = Path(tempfile.mkdtemp(prefix="bertserve-processes-"))  # 0700: only this user reaches the processes
     supervisor = Supervisor(settings, folder, loaded)
