@@ -13,9 +13,13 @@ post-processing), twice: in process under ``core_floor``'s closed loop of c clie
 the server, ``python -m service``'s app over uvicorn in its own process, under the GPU script's HTTP closed loop
 (``served``), one SST-2 sentence a request. Per transport, switch interval and concurrency: sequences/s, rows a
 batch, the worker's time a batch (what the server reports as ``bertserve_inference_seconds``) against the
-stand-in's own sleep, and what the rows a batch would give if a batch took only its sleep.
+stand-in's own sleep, and what the rows a batch would give if a batch took only its sleep. ``--processes 1,2`` serves
+the ``served`` transport from that many processes (``python -m service --processes``), each with its stand-in and
+every CPU (as on a GPU, where they are not pinned).
 
     python -m benchmarks.studies.gil_handoff --bundle benchmarks/scratch/sst2-fp32 --out benchmarks/results/gil_handoff
+    python -m benchmarks.studies.gil_handoff --bundle BUNDLE --transports served --processes 1,2 --intervals 5 \
+        --concurrency 1,32,128 --rounds 3 --duration 6 --out benchmarks/results/processes-stand-in
 """
 
 from __future__ import annotations
