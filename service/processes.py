@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from service.__main__ import GracefulServer
+from service.device import DeviceUnavailable, resolve_device
+from service.serving import GracefulServer, configure_logging, drain_seconds, serve
 from service.settings import Settings
 from service.supervision import FIRST_BACKOFF_S, HEALTHY_AFTER_S, MAX_BACKOFF_S
 
@@ -138,9 +139,6 @@ def die_with_parent(parent: int) -> None:
 
 def process_main(settings: Settings, siblings: Siblings, parent: int, loaded: Loaded | None = None) -> None:
     """One serving process: its CPU share on a CPU, the models loaded, then the app (``ProcessServer``)."""
-    from service.__main__ import configure_logging, serve
-    from service.device import DeviceUnavailable, resolve_device
-
     die_with_parent(parent)
     configure_logging(settings)
     with contextlib.suppress(DeviceUnavailable):  # serve() reports it
@@ -278,8 +276,6 @@ class Supervisor:
 
     def stop(self) -> None:
         """SIGTERM to every process (each drains as one server does), then wait for them; SIGKILL past the drain."""
-        from service.__main__ import drain_seconds
-
         self.stopping = True
         running = [process for process in self.processes if process is not None and process.is_alive()]
         for process in running:
@@ -296,7 +292,7 @@ class Supervisor:
 
 def serve_processes(settings: Settings, loaded: Loaded | None = None) -> int:
     """``python -m service --processes N``: the supervisor's life, from starting the first process to the last one's
-    end. ``loaded``: as ``service.__main__.serve``'s, in every process (picklable: a module's function)."""
+    end. ``loaded``: as ``service.serving.serve``'s, in every process (picklable: a module's function)."""
     folder = Path(tempfile.mkdtemp(prefix="bertserve-processes-"))  # 0700: only this user reaches the processes
     supervisor = Supervisor(settings, folder, loaded)
     previous = {sig: signal.signal(sig, supervisor.handle_signal) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -140,8 +140,8 @@ def install_stand_in(core: ServiceCore, device_ms: float, row_ms: float, interva
 def serve(args: argparse.Namespace) -> int:
     """The server: ``python -m service``'s own serving (``--serve-processes`` of them on the port), each process's
     model session replaced by the stand-in."""
-    from service.__main__ import serve as serve_one
     from service.processes import serve_processes
+    from service.serving import serve as serve_one
 
     settings = batching_settings(args, models=[f"sst2={args.bundle}"], host="127.0.0.1", port=args.port,
                                  processes=args.serve_processes)  # fmt: skip

@@ -43,7 +43,7 @@ def manifests(folder: Path = K8S) -> dict[str, dict[str, Any]]:
 
 def service_drain_seconds(environment: dict[str, str] | None = None) -> float:
     """uvicorn's graceful-shutdown timeout as ``python -m service`` sets it for the deployment's environment."""
-    from service.__main__ import drain_seconds
+    from service.serving import drain_seconds
 
     fields = {name.removeprefix("BERTSERVE_").lower(): value for name, value in (environment or {}).items()}
     return drain_seconds(Settings(**{key: value for key, value in fields.items() if key == "timeout_s"}))

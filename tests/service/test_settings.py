@@ -83,8 +83,8 @@ def test_sigterm_turns_readiness_off_before_uvicorn_drains() -> None:
 
     import uvicorn
 
-    from service.__main__ import GracefulServer
     from service.app import create_app
+    from service.serving import GracefulServer
 
     app = create_app(Settings())
     server = GracefulServer(uvicorn.Config(app), app)
