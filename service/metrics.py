@@ -271,7 +271,12 @@ def log_access(method: str, path: str, status: int | str, total_s: float, record
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record: time, level, logger, message, and an access line's fields at the top level."""
+    """One JSON object per record: time, level, logger, message, and an access line's fields at the top level; with
+    several serving processes, the writer's ``process`` index."""
+
+    def __init__(self, process: int | None = None) -> None:
+        super().__init__()
+        self.process = process
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -280,6 +285,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self.process is not None:
+            entry["process"] = self.process
         entry.update(getattr(record, "access", {}))
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)

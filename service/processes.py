@@ -140,7 +140,7 @@ def die_with_parent(parent: int) -> None:
 def process_main(settings: Settings, siblings: Siblings, parent: int, loaded: Loaded | None = None) -> None:
     """One serving process: its CPU share on a CPU, the models loaded, then the app (``ProcessServer``)."""
     die_with_parent(parent)
-    configure_logging(settings)
+    configure_logging(settings, siblings.index)
     with contextlib.suppress(DeviceUnavailable):  # serve() reports it
         if not resolve_device(settings.device).is_cuda and hasattr(os, "sched_setaffinity"):
             cpus = sorted(os.sched_getaffinity(0))

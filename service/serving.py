@@ -76,11 +76,13 @@ def serve(
     return 0
 
 
-def configure_logging(settings: Settings) -> None:
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def configure_logging(settings: Settings, process: int | None = None) -> None:
+    """The log's level and format; ``process``: the index of one serving process of several, in every line."""
+    named = "%(name)s" if process is None else f"%(name)s[{process}]"
+    logging.basicConfig(level=settings.log_level.upper(), format=f"%(asctime)s %(levelname)s {named}: %(message)s")
     if settings.log_format == "json":
         for handler in logging.getLogger().handlers:
-            handler.setFormatter(JsonFormatter())
+            handler.setFormatter(JsonFormatter(process))
 
 
 def drain_seconds(settings: Settings) -> int:

@@ -111,7 +111,8 @@ def two_processes(text_classification_model: TinyModel) -> Iterator[tuple[subpro
     finally:
         if process.poll() is None:
             process.kill()
-        process.communicate()
+        if process.stdout is not None and not process.stdout.closed:  # a test may have read it
+            process.communicate()
 
 
 def test_both_processes_answer_alike_and_metrics_count_every_request(
@@ -204,6 +205,9 @@ def test_a_killed_process_is_replaced_and_sigterm_stops_them_all(
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 0
     assert all(not Path(f"/proc/{pid}").exists() for pid in after)
+    log = process.communicate()[0].decode()  # each line names the process that wrote it
+    assert log.count("service.core[0]: serving 1 model(s)") == 2 and "service.core[1]: serving 1 model(s)" in log
+    assert "ended with status -9; replacing it" in log and "bertserve.access[" in log
     with pytest.raises(OSError):
         call(port, "/health/live", timeout=2)
 
