@@ -47,6 +47,7 @@ from service.tracing import configure as configure_tracing
 
 if TYPE_CHECKING:
     from service.engine import Engine
+    from service.processes import Siblings
     from service.schemas.common import TaskRequest
 
 
@@ -276,6 +277,7 @@ class ServiceCore:
         self._broken = dict(broken or {})
         self._tasks: list[asyncio.Task[None]] = []
         self.loaded = False
+        self.siblings: Siblings | None = None  # one serving process of several (service.processes): serve() sets it
         self.repository = ModelRepository(self)
 
     @property

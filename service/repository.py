@@ -9,16 +9,24 @@ requests for it get 404), then lets its queue drain: requests already in flight 
 
 Like the registry it changes, it runs on the event loop of the transport that serves the models; loading itself
 (reading the bundle, building the session, tuning) runs in a thread.
+
+With several serving processes (``service.processes``) each holds its own models: a load or unload asked of one is
+done there, then asked of each other process in turn over its private socket (one at a time: each tunes alone), and
+answered once all have done it. A process that could not is named in a 409 (the processes then differ until the
+call is made again); a process started later, replacing one that died, serves what the settings name, as a
+restarted service does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+from urllib.parse import quote
 
 from contract.bundle import BundleError, read_adapters
 from service.adapters import SEPARATOR, adapter_name
@@ -29,8 +37,20 @@ from service.settings import Settings
 
 if TYPE_CHECKING:
     from service.engine import Engine
+    from service.processes import Siblings
 
 logger = logging.getLogger(__name__)
+SIBLING_S = 900.0  # how long another serving process may take to load a model (build, tune, warm up)
+
+
+def error_message(body: bytes) -> str:
+    """The message of an error answer of the ``/v2`` routes (``{"error": message}``), else the body's start."""
+    try:
+        return str(json.loads(body)["error"])
+    except (ValueError, KeyError, TypeError):
+        return body[:200].decode(errors="replace")
+
+
 READY, UNAVAILABLE, LOADING = "READY", "UNAVAILABLE", "LOADING"  # Triton's model states
 
 
@@ -60,6 +80,9 @@ class Served(Protocol):
 
     @property
     def registry(self) -> Registry: ...
+
+    @property
+    def siblings(self) -> Siblings | None: ...
 
     def watch(self, name: str, engine: Engine) -> None: ...
 
@@ -93,10 +116,15 @@ class ModelRepository:
                 models.append(RepositoryModel(name, UNAVAILABLE, broken.get(name, "not loaded")))
         return [model for model in models if model.state == READY] if ready_only else models
 
-    async def load(self, name: str) -> None:
+    async def load(self, name: str, everywhere: bool = True) -> None:
         """Load (or reload) ``name`` from its bundle; ModelNotFound when the repository has no such model,
-        BadRequest naming the reason when its bundle cannot be served (the served set is then unchanged)."""
-        self._one_process()
+        BadRequest naming the reason when its bundle cannot be served (the served set is then unchanged).
+        ``everywhere``: in every serving process (this one first), not only in this one."""
+        await self._load(name)
+        if everywhere:
+            await self._in_siblings("load", name)
+
+    async def _load(self, name: str) -> None:
         path = self.sources().get(name)
         if path is None:
             known = ", ".join(sorted(self.sources())) or "none"
@@ -126,10 +154,14 @@ class ModelRepository:
         if previous is not None:
             await previous.stop(drain=True)
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, everywhere: bool = True) -> None:
         """Stop serving ``name``: out of the registry at once, then its queued requests answered and its workers
-        stopped; ModelNotFound when it is not served."""
-        self._one_process()
+        stopped; ModelNotFound when it is not served. ``everywhere``: as ``load``'s."""
+        await self._unload(name)
+        if everywhere:
+            await self._in_siblings("unload", name)
+
+    async def _unload(self, name: str) -> None:
         async with self._lock:
             registry = self.core.registry
             engine = registry.engines.get(name)
@@ -143,11 +175,28 @@ class ModelRepository:
         self.core.metrics.unwatch(engine)
         logger.info("unloaded model %s", name)
 
-    def _one_process(self) -> None:
-        """Several serving processes (``--processes``) each hold their own models: a change made in the one that
-        answers would leave the others serving what they had, so it is refused."""
-        if (count := self.core.settings.processes) > 1:
-            raise Conflict(f"models are loaded and unloaded only with processes=1 (this service runs {count})")
+    async def _in_siblings(self, action: str, name: str) -> None:
+        """The same load or unload in every other serving process, one after another; Conflict naming those that
+        could not (an unload a process had already done counts as done)."""
+        from service.processes import call
+
+        siblings = self.core.siblings
+        if siblings is None:
+            return
+        failed = []
+        for index in siblings.others():
+            target = f"/v2/repository/models/{quote(name, safe='')}/{action}"
+            try:
+                status, body = await asyncio.to_thread(call, siblings.socket_path(index), "POST", target, SIBLING_S)
+            except OSError as exc:
+                failed.append(f"process {index}: {exc}")
+                continue
+            if status != 200 and not (action == "unload" and status == 404):
+                failed.append(f"process {index}: {status} {error_message(body)}")
+        if failed:
+            raise Conflict(
+                f"model {name!r}: {action} done in process {siblings.index}, but not in " + "; ".join(failed)
+            )
 
     def _build(self, name: str, path: Path) -> Engine:
         from service.adapters import adapter_engine

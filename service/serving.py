@@ -52,6 +52,7 @@ def serve(
         print(f"bertserve: error: no model could be loaded: {', '.join(sorted(core.registry.broken))}", file=sys.stderr)
         return 1
 
+    core.siblings = siblings
     if loaded is not None:
         loaded(core)
     app = create_app(core=core)

@@ -105,8 +105,8 @@ class Settings(BaseSettings):
         le=64,
         description="Serving processes on the one port, each with its own copy of every model (and of its CUDA "
         "context on a GPU); where one process's Python is the ceiling (a fast device). /metrics answers for all of "
-        "them, each series labelled with its process; not with data_dir or allow_client_shm, and models are not "
-        "loaded or unloaded at run time (both are one process's state).",
+        "them, each series labelled with its process, and a model loaded or unloaded at run time is loaded or "
+        "unloaded in each; not with data_dir or allow_client_shm (one process's state).",
     )
     models_dir: Path | None = Field(
         default=None, description="Serve every bundle folder under this folder, by folder name."

@@ -23,10 +23,9 @@ async def metrics(request: Request, service_metrics: MetricsDep) -> Response:
     if siblings is None or on_private_socket(request.scope):  # one process, or a sibling asking for its own
         return Response(own, media_type=CONTENT_TYPE_LATEST)
 
-    headers = {"authorization": request.headers["authorization"]} if "authorization" in request.headers else {}
     others = siblings.others()
     answers = await asyncio.gather(
-        *(asyncio.to_thread(get, siblings.socket_path(index), "/metrics", headers) for index in others),
+        *(asyncio.to_thread(get, siblings.socket_path(index), "/metrics") for index in others),
         return_exceptions=True,
     )
     expositions = {siblings.index: own}

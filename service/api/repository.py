@@ -15,6 +15,7 @@ from service.api.bodies import invalid_value, parse_json
 from service.api.v2 import v2_error_responses
 from service.errors import BadRequest, InvalidRequest, ModelNotFound
 from service.oip.models import VERSION, check_load_parameters, check_unload_parameters
+from service.processes import on_private_socket
 from service.repository import READY, ModelRepository
 from service.schemas.v2 import (
     V2RepositoryIndexRequest,
@@ -80,7 +81,7 @@ async def load_model(name: str, request: Request) -> Response:
     were (400 with the reason)."""
     options = await read_body(request, V2RepositoryModelRequest)
     check_load_parameters(options.parameters or {})
-    await repository_of(request).load(name)
+    await repository_of(request).load(name, everywhere=not on_private_socket(request.scope))
     return Response(status_code=200)
 
 
@@ -89,5 +90,5 @@ async def unload_model(name: str, request: Request) -> Response:
     """Stop serving the model (``unload_model``): new requests for it get 404, queued ones are answered first."""
     options = await read_body(request, V2RepositoryModelRequest)
     check_unload_parameters(options.parameters or {})
-    await repository_of(request).unload(name)
+    await repository_of(request).unload(name, everywhere=not on_private_socket(request.scope))
     return Response(status_code=200)

@@ -182,12 +182,72 @@ def test_grpc_calls_are_shared_out_on_one_port(two_processes: tuple[subprocess.P
     assert served and served <= {"0", "1"}
 
 
-def test_models_are_not_loaded_into_one_process_of_several(two_processes: tuple[subprocess.Popen[bytes], int]) -> None:
-    _, port = two_processes
-    for action in ("load", "unload"):
-        status, body = call(port, f"/v2/repository/models/clf/{action}", {})
-        assert status == 409 and "processes=1" in body["error"]  # type: ignore[index]
-    assert call(port, ROUTE, {"inputs": "still served"})[0] == 200
+def served_by(port: int, model: str) -> set[str]:
+    """The processes that serve ``model`` (its device series in /metrics); every one of them answered the scrape."""
+    samples = scrape(port)
+    assert samples[("bertserve_processes", (("state", "scraped"),))] == 2
+    return {dict(labels)["process"] for name, labels in samples
+            if name == "bertserve_model_device" and dict(labels)["model"] == model}  # fmt: skip
+
+
+def test_a_model_loaded_or_unloaded_in_one_process_is_in_all(
+    two_processes: tuple[subprocess.Popen[bytes], int],
+) -> None:
+    process, port = two_processes
+    assert served_by(port, "clf") == {"0", "1"}
+    assert call(port, "/v2/repository/models/clf/unload", {})[0] == 200
+    assert served_by(port, "clf") == set()  # whichever process the call reached, neither serves it now
+    for _ in range(6):  # connections of their own: each process answers for itself
+        status, body = call(port, ROUTE, {"model": "clf", "inputs": "gone"})
+        assert status == 404
+    assert call(port, "/v2/repository/models/clf/unload", {})[0] == 404  # not served here: nothing to do anywhere
+
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{process.grpc_port}") as client:  # type: ignore[attr-defined]
+        client.load_model("clf")  # over gRPC too
+    assert served_by(port, "clf") == {"0", "1"}
+    assert all(call(port, ROUTE, {"model": "clf", "inputs": "back"})[0] == 200 for _ in range(6))
+    status, body = call(port, "/v2/repository/models/nothing/load", {})
+    assert status == 404 and "nothing" in body["error"]  # type: ignore[index]
+    assert served_by(port, "clf") == {"0", "1"}
+
+
+def test_with_api_keys_the_port_asks_for_a_key_and_the_processes_still_reach_each_other(
+    text_classification_model: TinyModel,
+) -> None:
+    port = free_port()
+    process = supervisor(["--processes", "2", "--model", f"clf={text_classification_model.bundle}", "--api-key",
+                          "sesame", "--protect-metrics"], port)  # fmt: skip
+    keyed = {"Authorization": "Bearer sesame"}
+
+    def keyed_call(path: str, key: bool = True) -> int:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=b"{}" if "models/" in path else None,
+                                         headers=keyed if key else {})  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    def device_series() -> set[str]:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=keyed)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            text = response.read().decode()
+        return {sample.labels["process"] for family in text_string_to_metric_families(text)
+                for sample in family.samples if sample.name == "bertserve_model_device"}  # fmt: skip
+
+    try:
+        wait_for(lambda: device_series() == {"0", "1"}, 90, "both processes did not serve")
+        assert (
+            keyed_call("/metrics", key=False) == 401
+            and keyed_call("/v2/repository/models/clf/unload", key=False) == 401
+        )
+        assert keyed_call("/v2/repository/models/clf/unload") == 200
+        assert device_series() == set()
+        assert keyed_call("/v2/repository/models/clf/load") == 200
+        assert device_series() == {"0", "1"}
+    finally:
+        process.kill()
+        process.communicate()
 
 
 def test_a_killed_process_is_replaced_and_sigterm_stops_them_all(
