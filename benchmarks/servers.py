@@ -127,12 +127,12 @@ def serving_processes(command: list[str]) -> int:
 
 
 def wait_all_serving(base_url: str, count: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """Until each of ``count`` serving processes has its series in /metrics (each is ready before it serves)."""
+    """Until each of ``count`` serving processes is ready (``bertserve_ready`` 1: warm, taking connections)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and process.poll() is None:
         with urllib.request.urlopen(base_url + "/metrics", timeout=10) as response:
             text = response.read().decode()
-        if all(f'process="{index}"' in text for index in range(count)):
+        if all(f'bertserve_ready{{process="{index}"}} 1.0' in text for index in range(count)):
             return
         time.sleep(0.5)
     raise RuntimeError(f"not every one of {count} serving processes served within {timeout_s:.0f} s")

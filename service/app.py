@@ -164,7 +164,6 @@ def create_app(
     app.state.executor = core.executor
     app.state.registry = core.registry
     app.state.batch_runner = batch_runner
-    app.state.siblings = None  # one process of several (service.processes): python -m service sets it
     app.state.cohere_jobs = cohere_jobs
     for router in ROUTERS:
         app.include_router(router)

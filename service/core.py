@@ -91,10 +91,17 @@ class ModelRegistry:
         self.default = default
         self.shutting_down = False
         self.started = False
+        self.accepting = True  # one serving process of several (service.processes) sets it once it opens the port
+
+    @property
+    def warm(self) -> bool:
+        """Every model started and warmed up, and not shutting down."""
+        return self.started and not self.shutting_down and all(engine.ready for engine in self.engines.values())
 
     @property
     def ready(self) -> bool:
-        return self.started and not self.shutting_down and all(engine.ready for engine in self.engines.values())
+        """Warm and taking connections: what readiness reports."""
+        return self.warm and self.accepting
 
     def select(self, task: str | None, name: str | None, unnamed: str = "name the model") -> Engine:
         """The engine for a request: by name (serving ``task``, or any task when None), else the only one serving
@@ -279,6 +286,7 @@ class ServiceCore:
         self.loaded = False
         self.siblings: Siblings | None = None  # one serving process of several (service.processes): serve() sets it
         self.repository = ModelRepository(self)
+        self.metrics.watch_ready(lambda: self.ready)
 
     @property
     def ready(self) -> bool:

@@ -96,6 +96,11 @@ class ServiceMetrics:
         )
         self.engines = EngineCollector()
         reg.register(self.engines)
+        self.ready = Gauge("bertserve_ready", "1 while /health/ready answers 200: every model warm, taking requests",
+                           registry=reg)  # fmt: skip
+
+    def watch_ready(self, ready: Callable[[], bool]) -> None:
+        self.ready.set_function(lambda: float(ready()))
 
     def watch_engine(self, engine: Engine) -> None:
         """Export the engine's admission, waste and worker counters (read when /metrics is scraped)."""

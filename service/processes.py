@@ -155,7 +155,7 @@ def process_main(settings: Settings, siblings: Siblings, parent: int, loaded: Lo
 
 class ProcessServer(GracefulServer):
     """One process's server: the app on its private socket from the start, on the public port once every model is
-    warm (its readiness), as uvicorn would serve a socket given at start-up."""
+    warm, as uvicorn would serve a socket given at start-up; only then is the process ready."""
 
     def __init__(self, config: uvicorn.Config, app: FastAPI, siblings: Siblings) -> None:
         super().__init__(config, app)
@@ -171,7 +171,7 @@ class ProcessServer(GracefulServer):
 
     async def _open_when_ready(self) -> None:
         registry = self.app.state.registry
-        while not registry.ready:
+        while not registry.warm:
             if self.should_exit:
                 return
             await asyncio.sleep(READY_POLL_S / 4)
@@ -190,6 +190,7 @@ class ProcessServer(GracefulServer):
             logger.error("process %d cannot listen on %s:%d: %s", self.siblings.index, config.host, config.port, exc)
             self.should_exit = True
             return
+        registry.accepting = True  # now ready (/health/ready, bertserve_ready): the supervisor starts the next one
         logger.info("process %d takes connections on %s:%d", self.siblings.index, config.host, config.port)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:

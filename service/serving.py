@@ -53,10 +53,10 @@ def serve(
         return 1
 
     core.siblings = siblings
+    core.registry.accepting = siblings is None  # one of several takes connections once warm (ProcessServer)
     if loaded is not None:
         loaded(core)
     app = create_app(core=core)
-    app.state.siblings = siblings
     config = uvicorn.Config(
         app,
         host=settings.host,

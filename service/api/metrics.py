@@ -19,7 +19,7 @@ async def metrics(request: Request, service_metrics: MetricsDep) -> Response:
     """Prometheus text format: requests, queue time, batch size and tokens, padding, inference time. With several
     serving processes, every process's series, each labelled with its ``process``."""
     own = generate_latest(service_metrics.registry)
-    siblings = request.app.state.siblings
+    siblings = request.app.state.core.siblings
     if siblings is None or on_private_socket(request.scope):  # one process, or a sibling asking for its own
         return Response(own, media_type=CONTENT_TYPE_LATEST)
 

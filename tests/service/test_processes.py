@@ -60,8 +60,9 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def processes_in(samples: dict) -> set[str]:
-    return {dict(labels)["process"] for name, labels in samples if name == "bertserve_model_device_total"
-            or name == "bertserve_model_device"}  # fmt: skip
+    """The processes that are ready (warm, taking connections on the port)."""
+    return {dict(labels)["process"] for (name, labels), value in samples.items()
+            if name == "bertserve_ready" and value == 1}  # fmt: skip
 
 
 def serving_children(supervisor: int) -> list[int]:
@@ -128,6 +129,7 @@ def test_both_processes_answer_alike_and_metrics_count_every_request(
     try:
         wait_for(lambda: call(one, "/health/ready")[0] == 200, 60, "the one-process server did not serve")
         assert call(one, ROUTE, {"inputs": texts})[1] == answers[0][1]
+        assert "\nbertserve_ready 1.0\n" in str(call(one, "/metrics")[1])  # one process: no process label
     finally:
         single.kill()
         single.communicate()
@@ -228,15 +230,21 @@ def test_with_api_keys_the_port_asks_for_a_key_and_the_processes_still_reach_eac
         except urllib.error.HTTPError as error:
             return error.code
 
-    def device_series() -> set[str]:
+    def series(name: str) -> set[str]:
         request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=keyed)
         with urllib.request.urlopen(request, timeout=10) as response:
             text = response.read().decode()
         return {sample.labels["process"] for family in text_string_to_metric_families(text)
-                for sample in family.samples if sample.name == "bertserve_model_device"}  # fmt: skip
+                for sample in family.samples if sample.name == name and sample.value == 1}  # fmt: skip
+
+    def device_series() -> set[str]:
+        return series("bertserve_model_device")
+
+    def ready_series() -> set[str]:
+        return series("bertserve_ready")
 
     try:
-        wait_for(lambda: device_series() == {"0", "1"}, 90, "both processes did not serve")
+        wait_for(lambda: ready_series() == {"0", "1"}, 90, "both processes did not serve")
         assert (
             keyed_call("/metrics", key=False) == 401
             and keyed_call("/v2/repository/models/clf/unload", key=False) == 401
