@@ -87,7 +87,7 @@ def markdown_lines(results: dict[str, Any]) -> list[str]:
             if point is None:
                 cells.append("-")
                 continue
-            each = ", ".join(f"{rate:,.0f}" for rate in point.get("per_client", point.get("per_server", [])))
+            each = ", ".join(f"{rate:,.0f}" for rate in point["per_client"])
             cells.append(f"{point['sequences_per_s']:,.1f} ({each})")
         lines.append(f"| {name} | {'-' if one is None else f'{one:,.1f}'} | " + " | ".join(cells) + " |")
     return [*lines, ""]
