@@ -106,7 +106,8 @@ class Settings(BaseSettings):
         description="Serving processes on the one port, each with its own copy of every model (and of its CUDA "
         "context on a GPU); where one process's Python is the ceiling (a fast device). /metrics answers for all of "
         "them, each series labelled with its process, and a model loaded or unloaded at run time is loaded or "
-        "unloaded in each; not with data_dir or allow_client_shm (one process's state).",
+        "unloaded in each; batch jobs (data_dir) run in one of them at a time, on its spare capacity; not with "
+        "allow_client_shm (one process's state).",
     )
     models_dir: Path | None = Field(
         default=None, description="Serve every bundle folder under this folder, by folder name."
@@ -365,9 +366,8 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def one_process_state(self) -> Settings:
         if self.processes > 1:
-            for setting, value in (("data_dir", self.data_dir), ("allow_client_shm", self.allow_client_shm)):
-                if value:
-                    raise ValueError(f"{setting} needs processes=1: its state lives in one process")
+            if self.allow_client_shm:
+                raise ValueError("allow_client_shm needs processes=1: its regions live in one process")
             if self.port == 0 or self.grpc_port == 0:
                 raise ValueError("port 0 needs processes=1: each process would pick a port of its own")
         return self

@@ -45,6 +45,7 @@ from service.batch.dataset_rows import (
     write_part,
     write_rows,
 )
+from service.batch.locks import remove_orphans, writing
 from service.batch.records import CANCELLED, CANCELLING, COMPLETED, FAILED, UNFINISHED, BatchRecord
 from service.batch.store import BatchStore, now, statuses
 from service.errors import BadRequest, Conflict, PayloadTooLarge, ResourceNotFound
@@ -157,8 +158,7 @@ class CohereJobs:
         self.settings: Settings = store.settings
         self.folder = store.folder / "datasets"
         self.folder.mkdir(exist_ok=True)
-        for partial in self.folder.glob("*.part"):
-            partial.unlink()
+        remove_orphans(self.folder)  # datasets a killed process was writing
         self._url_key = _url_key(store.folder / "part-url.key")
 
     def part_path(self, dataset_id: str) -> Path:
@@ -200,7 +200,7 @@ class CohereJobs:
         schema, preserved = json.dumps(input_schema(rules)), json.dumps(list(rules.preserved))
         record = DatasetRecord(dataset_id, owner, name, rules.dataset_type, now(), VALIDATED, None, "[]", schema,
                                preserved, 0, 0, "[]")  # fmt: skip
-        try:
+        with writing(partial):
             try:
                 validation = write_rows(rules, filename, upload, partial)
             except Malformed as why:
@@ -219,8 +219,6 @@ class CohereJobs:
                 if record.validation_status == VALIDATED:
                     partial.rename(self.part_path(dataset_id))
                 record.insert(db)
-        finally:
-            partial.unlink(missing_ok=True)
         return self.dataset(owner, dataset_id)
 
     def dataset(self, owner: str, dataset_id: str) -> DatasetRecord:
@@ -333,9 +331,10 @@ class CohereJobs:
         rows = _joined(read_rows(self.part_path(source.id)), _entries(output_path), preserved, types, counted)
         target = self.part_path(job.output_dataset_id or "")
         partial = target.with_suffix(".part")
-        write_part(partial, result_schema(preserved, types), rows)
-        _sync(partial)
-        partial.rename(target)
+        with writing(partial):
+            write_part(partial, result_schema(preserved, types), rows)
+            _sync(partial)
+            partial.rename(target)
         record = DatasetRecord(job.output_dataset_id or "", job.owner, f"{job.name or job.id}-output", EMBED_RESULT,
                                now(), VALIDATED, None, json.dumps(warnings),
                                json.dumps(result_schema(preserved, types)), json.dumps(preserved), counted["rows"],

@@ -1,6 +1,10 @@
 """The batch runner: one background task, started and stopped by the core's owner (the HTTP app's lifespan), that
 takes the oldest unfinished batch and runs its lines in chunks of ``batch_chunk_lines``.
 
+- One runner per data folder runs batches: the one whose process holds the folder's lead (``RunnerLead``). With
+  several serving processes the others' runners wait, and one of them takes over (resuming from the last commit) when
+  that process ends; any process's routes create and cancel batches, which the leader sees as the database changes.
+
 - Each line goes to ``call`` (the HTTP side's route machinery: the route's request model, ``run_inference``, the
   route's answer), concurrently within a chunk so the batcher can group them; a transient refusal (``TryLater``:
   queue full, deadline, model restarting) is retried after its delay, up to ``MAX_TRIES`` times.
@@ -49,7 +53,8 @@ logger = logging.getLogger(__name__)
 
 MAX_TRIES = 20  # a line refused this many times for a transient reason gets that refusal as its answer
 MAX_YIELD_S = 1.0  # the longest a chunk waits for online work to clear
-IDLE_POLL_S = 5.0  # with nothing to do, look again this often (and when woken)
+IDLE_POLL_S = 0.25  # with nothing to do, look whether another process changed the database this often (or when woken)
+LEAD_POLL_S = 1.0  # a runner without the lead tries to take it this often
 BUSY_POLL_S = 0.005
 CHUNKS_AHEAD = 2  # chunks answered at once: the next chunk's rows reach the batcher while one chunk's tail runs
 
@@ -98,6 +103,7 @@ class BatchRunner:
         self.chunk_lines = core.settings.batch_chunk_lines
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._writes: set[asyncio.Future[Any]] = set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="bertserve-batch-runner")
@@ -108,23 +114,21 @@ class BatchRunner:
         self._wake.set()
 
     async def stop(self) -> None:
-        """Stop between or within chunks (an uncommitted chunk is run again on the next start)."""
+        """Stop between or within chunks (an uncommitted chunk is run again on the next start); a write under way
+        ends first, so the lead passes on with the folder as a commit left it."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await asyncio.gather(*self._writes, return_exceptions=True)
         self.store.close()
 
     async def _run(self) -> None:
-        while not self.core.ready:
-            await asyncio.sleep(0.1)
+        await self._take_lead()
         while True:
             batch = self.store.next_unfinished()
             if batch is None:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(IDLE_POLL_S):
-                        await self._wake.wait()
+                await self._idle()
                 continue
             try:
                 await self.run_batch(batch)
@@ -132,11 +136,39 @@ class BatchRunner:
                 logger.exception("batch %s failed", batch.id)
                 self.store.fail(batch.id, "batch_failed", f"the batch could not be run: {type(exc).__name__}")
 
+    async def _take_lead(self) -> None:
+        """Wait until this process is ready and holds the folder's lead (another process's runner may hold it)."""
+        waiting = False
+        while not (self.core.ready and self.store.lead.take()):
+            if self.core.ready and not waiting:
+                holder = self.store.lead.holder()
+                logger.info("batch jobs run in process %s (pid); this one takes over if it ends", holder)
+                waiting = True
+            await asyncio.sleep(LEAD_POLL_S if waiting else 0.1)
+        logger.info("this process runs the batch jobs of %s", self.store.folder)
+
+    async def _idle(self) -> None:
+        """Return when woken (a batch made or cancelled here) or when another process committed a change."""
+        self._wake.clear()
+        version = self.store.data_version()
+        while self.store.data_version() == version:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(IDLE_POLL_S):
+                    await self._wake.wait()
+                    return
+
+    async def _write(self, write: Callable[..., Any], *args: Any) -> Any:
+        """A blocking write of the folder, in a thread; finished even if the runner stops meanwhile (``stop`` waits)."""
+        future = asyncio.ensure_future(asyncio.to_thread(write, *args))
+        self._writes.add(future)
+        future.add_done_callback(self._writes.discard)
+        return await asyncio.shield(future)
+
     async def run_batch(self, batch: BatchRecord) -> None:
         """Run ``batch`` to its end (completed, cancelled, expired or failed), from its last committed chunk."""
         if batch.status == CANCELLING:
-            await asyncio.to_thread(self.store.resume, batch)
-            await asyncio.to_thread(self.store.finish, batch.id, CANCELLED)
+            await self._write(self.store.resume, batch)
+            await self._write(self.store.finish, batch.id, CANCELLED)
             return
         source = self.store.path_of(batch.input_file_id)
         try:
@@ -153,13 +185,13 @@ class BatchRunner:
                 return
             logger.info("batch %s: %d requests to %s", batch.id, len(plan), batch.endpoint)
         batch = self.store.batch(batch.id)
-        await asyncio.to_thread(self.store.resume, batch)
+        await self._write(self.store.resume, batch)
         ahead: Ahead = deque()
         try:
             while batch.done_lines < len(plan):
                 if batch.status == CANCELLING:
                     await _cancel_all(ahead)
-                    await asyncio.to_thread(self.store.finish, batch.id, CANCELLED)
+                    await self._write(self.store.finish, batch.id, CANCELLED)
                     logger.info("batch %s cancelled after %d of %d requests", batch.id, batch.done_lines, len(plan))
                     return
                 if now() >= batch.expires_at:
@@ -176,11 +208,11 @@ class BatchRunner:
         if self.store.finalizing(batch.id):
             finalizer = self.finalizers.get(batch.origin)
             if finalizer is not None:  # a process killed within it runs it again: the batch is still finalizing
-                await asyncio.to_thread(finalizer, self.store.batch(batch.id))
-            await asyncio.to_thread(self.store.finish, batch.id, COMPLETED)
+                await self._write(finalizer, self.store.batch(batch.id))
+            await self._write(self.store.finish, batch.id, COMPLETED)
             logger.info("batch %s completed: %d ok, %d failed", batch.id, batch.completed, batch.failed)
         else:
-            await asyncio.to_thread(self.store.finish, batch.id, CANCELLED)
+            await self._write(self.store.finish, batch.id, CANCELLED)
 
     async def _wait_for_spare_capacity(self) -> None:
         loop = asyncio.get_running_loop()
@@ -208,7 +240,7 @@ class BatchRunner:
         output = b"".join(entry for ok, entry in entries if ok)
         errors = b"".join(entry for ok, entry in entries if not ok)
         completed = sum(1 for ok, _ in entries if ok)
-        return await asyncio.to_thread(
+        return await self._write(
             self.store.commit_chunk, batch, numbers.stop, output, errors, completed, len(entries) - completed
         )
 
@@ -225,8 +257,8 @@ class BatchRunner:
             unanswered(batch.id, number, line.custom_id, BATCH_EXPIRED, message)
             for number, line in zip(numbers, (read_line(raw, (batch.endpoint,)) for raw in raws), strict=True)
         )
-        await asyncio.to_thread(self.store.commit_chunk, batch, len(plan), b"", errors, 0, len(numbers))
-        await asyncio.to_thread(self.store.finish, batch.id, EXPIRED)
+        await self._write(self.store.commit_chunk, batch, len(plan), b"", errors, 0, len(numbers))
+        await self._write(self.store.finish, batch.id, EXPIRED)
         logger.info("batch %s expired with %d requests not run", batch.id, len(numbers))
 
 

@@ -7,7 +7,9 @@ A batch's progress is one row: ``done_lines`` input lines answered and the commi
 work files back to the committed sizes, so whatever a killed process appended past its last commit is dropped and
 each input line has exactly one entry. Limits raise the service's errors, naming their setting.
 
-One connection, shared by the event loop (the routes) and the runner's thread, behind a lock.
+One connection per process, shared by the event loop (the routes) and the runner's thread, behind a lock. Several
+processes may share the folder (``--processes N``): SQLite's own locking orders their transactions, and only the
+process holding the runner's lead (``service.batch.locks``) runs batches.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from service.batch.locks import RunnerLead, remove_orphans, writing
 from service.batch.records import (
     CANCELLED,
     CANCELLING,
@@ -72,6 +75,7 @@ CREATE TABLE IF NOT EXISTS embed_jobs (
 """
 ADDED_COLUMNS = {"batches": {"origin": "TEXT NOT NULL DEFAULT 'openai'"}}  # a data folder of an older version
 COPY_BYTES = 1 << 20
+BUSY_TIMEOUT_S = 30.0  # how long a write waits for another process's transaction before it fails
 MAX_PAGE = 10_000  # the most objects one list answers (OpenAI's files list allows as many)
 
 
@@ -100,10 +104,12 @@ class BatchStore:
         self.settings = settings
         self.files_dir = folder / "files"
         self.files_dir.mkdir(parents=True, exist_ok=True)
-        for partial in self.files_dir.glob("*.part"):  # uploads a killed process never finished
-            partial.unlink()
+        remove_orphans(self.files_dir)  # uploads a killed process never finished
+        self.lead = RunnerLead(folder)  # held by the one process whose runner runs the batches (service.batch.locks)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(folder / "batches.sqlite3", check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(
+            folder / "batches.sqlite3", check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S
+        )
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -117,6 +123,12 @@ class BatchStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        self.lead.release()
+
+    def data_version(self) -> int:
+        """Changes whenever another connection (another process) commits to the database."""
+        with self._lock:
+            return int(self._db.execute("PRAGMA data_version").fetchone()[0])
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -149,7 +161,7 @@ class BatchStore:
         limit = self.settings.batch_max_file_bytes
         file_id = new_id("file-")
         partial = self.files_dir / f"{file_id}.part"
-        try:
+        with writing(partial):
             size = 0
             with partial.open("wb") as target:
                 while chunk := upload.read(COPY_BYTES):
@@ -172,8 +184,6 @@ class BatchStore:
                 record = FileRecord(file_id, owner, filename, purpose, size, lines, now())
                 partial.rename(self.path_of(file_id))
                 self._insert_file(db, record)
-        finally:
-            partial.unlink(missing_ok=True)
         return record
 
     @staticmethod
