@@ -2,7 +2,8 @@
 
 What could fail: a batch made through the process that does not run batches never starts (nothing woke the one that
 does), two runners answering one batch (lines twice), a batch stranded when the process running it dies, a store
-that one process cannot see the other's files in, an upload in progress removed by a process starting beside it.
+that one process cannot see the other's files in, a signed part URL that only the signing process opens, an upload
+in progress removed by a process starting beside it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import cohere
 import httpx
 import openai
 import pytest
@@ -116,6 +118,15 @@ def test_a_batch_made_through_the_other_process_runs_once_in_the_runners(
 
     through_leader = client_of(private_socket(leader))
     assert [item.id for item in through_leader.batches.list()] == [batch.id]
+    dataset = cohere.Client(api_key="unused", base_url=f"http://127.0.0.1:{port}", timeout=30).datasets.create(
+        name="rows", type="embed-input", data=("rows.jsonl", jsonl([{"text": "a row"}, {"text": "another row"}]))
+    )
+    part = httpx.get(f"http://127.0.0.1:{port}/v1/datasets/{dataset.id}").json()["dataset"]["dataset_parts"][0]
+    signed = httpx.URL(part["url"])
+    for pid in children:  # a part URL one process signed opens on each: the folder's key is theirs
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(private_socket(pid)))) as http:
+            downloaded = http.get(f"http://process{signed.raw_path.decode()}")
+        assert downloaded.status_code == 200 and downloaded.content.startswith(b"Obj\x01")  # Avro
 
     process.send_signal(signal.SIGTERM)
     output = process.communicate(timeout=60)[0].decode()
