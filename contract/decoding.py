@@ -9,7 +9,8 @@ the context is split into overlapping windows (``only_second`` truncation to ``m
 ``doc_stride`` overlap); every window is one model row. Span decoding, the null answer, merging of
 equal answers across windows and word alignment follow the pipeline (its ``select_starts_ends`` and
 ``decode_spans`` are transcribed with the same numpy operations, row by row over the windows of one
-length, so that ties break the same way). As in that path, ``max_question_len`` does not truncate
+length, so that ties break the same way; a window without ties scores only the band of allowed spans, which
+gives the same answer faster). As in that path, ``max_question_len`` does not truncate
 the question: a question that leaves no room for the context is an input error.
 
 Word-level token classification (pre-split words) is ``contract.word_decoding``, on the same windowing.
@@ -160,7 +161,7 @@ def encode_question_contexts(
     ]
 
 
-_CANDIDATE_BYTES = 32 << 20  # windows' (T, T) candidate scores worked out at once, at most
+_CANDIDATE_BYTES = 32 << 20  # windows' candidate scores worked out at once, at most
 
 
 def select_window_spans(
@@ -170,11 +171,18 @@ def select_window_spans(
     top_k: int,
     max_answer_len: int,
 ) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
-    """The pipeline's ``select_starts_ends`` and ``decode_spans`` for W windows of one length T at once, with its
-    numpy operations row by row (so ties break the same way): ``start`` / ``end`` (W, T) logits, ``p_mask`` (W, T).
+    """The pipeline's ``select_starts_ends`` and ``decode_spans`` for W windows of one length T at once: ``start`` /
+    ``end`` (W, T) logits, ``p_mask`` (W, T).
 
     Returns each window's ``(starts, ends, scores)``, best first, and (W,) its null answer's score (CLS start x
-    CLS end probability)."""
+    CLS end probability).
+
+    The pipeline scores all T x T (start, end) pairs, zero outside the band i <= j < i + max_answer_len, and keeps
+    the ``top_k`` best. A window's best ``top_k`` lie in the band whenever they are positive; where they are also
+    distinct from each other and from the next best, which ``top_k`` and their order are unique, so scoring only
+    the band's T x max_answer_len pairs (``_band_spans``) gives the pipeline's answer exactly, ~T / max_answer_len
+    times faster (25x at 384 tokens). The other windows (ties, or fewer positive candidates than ``top_k``: a tiny
+    context or a large ``top_k``) take the pipeline's own T x T path (``_square_spans``), so ties break its way."""
     allowed = ~p_mask  # (W, T): where the answer may be
     start = np.where(p_mask, -10000.0, start)
     end = np.where(p_mask, -10000.0, end)
@@ -184,14 +192,63 @@ def select_window_spans(
     end = end / end.sum(axis=-1, keepdims=True)
     null_scores = start[:, 0] * end[:, 0]
     start[:, 0] = end[:, 0] = 0.0
-    windows, length = start.shape
-    # (T, T): where an answer may start at i and end at j, i <= j < i + max_answer_len
-    band = np.tril(np.triu(np.ones((length, length), dtype=bool)), min(max_answer_len, length) - 1)
     # like the pipeline: membership in the (row, column) index pair of a (1, T) mask, so column 0 counts as allowed
     # whenever anything is
     members = allowed.copy()
     members[:, 0] |= allowed.any(axis=1)
-    spans: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    best, unique = _band_spans(start, end, top_k, max_answer_len)
+    if not unique.all():
+        ties = np.flatnonzero(~unique)
+        for row, found in zip(ties, _square_spans(start[ties], end[ties], top_k, max_answer_len), strict=True):
+            best[row] = found
+    spans = []
+    for (starts, ends, scores), window_members in zip(best, members, strict=True):
+        desired = window_members[starts] & window_members[ends]
+        spans.append((starts[desired], ends[desired], scores[desired]))
+    return spans, null_scores
+
+
+def _band_spans(
+    start: np.ndarray, end: np.ndarray, top_k: int, max_answer_len: int
+) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
+    """Each window's ``top_k`` best (start, end, score) within the band, best first, from start / end
+    probabilities (W, T); and (W,) whether they are the pipeline's: positive, and each better than the next,
+    the last better than the band's next best."""
+    windows, length = start.shape
+    width = min(max_answer_len, length)
+    if length * width <= top_k:
+        return [_NONE] * windows, np.zeros(windows, dtype=bool)
+    padded = np.concatenate([end, np.zeros((windows, width - 1), dtype=end.dtype)], axis=1)
+    ahead = np.lib.stride_tricks.sliding_window_view(padded, width, axis=1)  # (W, T, width): end prob of i + d
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    unique = np.empty(windows, dtype=bool)
+    step = max(1, _CANDIDATE_BYTES // (4 * length * width))
+    for first in range(0, windows, step):
+        rows = slice(first, first + step)
+        scores_flat = (start[rows, :, None] * ahead[rows]).reshape(-1, length * width)  # (w, T * width)
+        idx = np.argpartition(-scores_flat, top_k, axis=1)[:, : top_k + 1]  # the top_k + 1 best, unordered
+        values = np.take_along_axis(scores_flat, idx, 1)
+        order = np.argsort(-values, axis=1)
+        idx, values = np.take_along_axis(idx, order, 1), np.take_along_axis(values, order, 1)
+        unique[rows] = np.all(values[:, :-1] > values[:, 1:], axis=1) & (values[:, top_k - 1] > 0)
+        starts = idx[:, :top_k] // width
+        ends = starts + idx[:, :top_k] % width
+        found += list(zip(starts, ends, values[:, :top_k], strict=True))
+    return found, unique
+
+
+_NONE = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+
+
+def _square_spans(
+    start: np.ndarray, end: np.ndarray, top_k: int, max_answer_len: int
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The pipeline's own top ``top_k`` of all T x T pairs, zero outside the band, with its numpy operations row by
+    row (so ties break the same way), for start / end probabilities (W, T)."""
+    windows, length = start.shape
+    # (T, T): where an answer may start at i and end at j, i <= j < i + max_answer_len
+    band = np.tril(np.triu(np.ones((length, length), dtype=bool)), min(max_answer_len, length) - 1)
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     step = max(1, _CANDIDATE_BYTES // (4 * length * length))
     for first in range(0, windows, step):
         rows = slice(first, first + step)
@@ -204,12 +261,9 @@ def select_window_spans(
         else:
             idx = np.argpartition(-scores_flat, top_k, axis=1)[:, :top_k]
             idx_sort = np.take_along_axis(idx, np.argsort(-np.take_along_axis(scores_flat, idx, 1), axis=1), 1)
-        starts, ends = idx_sort // length, idx_sort % length
         scores = np.take_along_axis(scores_flat, idx_sort, 1)
-        window_members = members[rows]
-        desired = np.take_along_axis(window_members, starts, 1) & np.take_along_axis(window_members, ends, 1)
-        spans += [(s[d], e[d], v[d]) for s, e, v, d in zip(starts, ends, scores, desired, strict=True)]
-    return spans, null_scores
+        found += list(zip(idx_sort // length, idx_sort % length, scores, strict=True))
+    return found
 
 
 def char_span(window: Encoding, start_token: int, end_token: int) -> tuple[int, int]:

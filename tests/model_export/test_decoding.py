@@ -322,16 +322,27 @@ def test_a_question_without_room_for_context_is_a_decode_input_error(base: Token
     qa_encode(base, "where " * 20 + "?", "Paris.", max_seq_len=32, doc_stride=8)  # fits: no windowing needed
 
 
-@pytest.mark.parametrize("top_k", [1, 3, 22, 40])
+@pytest.mark.parametrize("top_k", [1, 3, 12, 22, 40])
 @pytest.mark.parametrize("logits", ["random", "tied"])
-def test_window_spans_equal_the_pipelines_window_by_window(top_k: int, logits: str) -> None:
+@pytest.mark.parametrize("shape", [(7, 6, 3), (6, 384, 15)], ids=["short", "384"])
+def test_window_spans_equal_the_pipelines_window_by_window(
+    top_k: int, logits: str, shape: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Several windows at once, against transformers' own per-window ``select_starts_ends``: the same spans in the
     same order (ties too: small integer logits), the same scores and null scores. Short windows with a top_k past
-    the candidates, a window whose only allowed token is CLS and one with CLS masked included."""
+    the candidates, a window whose only allowed token is CLS and one with CLS masked included; at 384 tokens the
+    windows without ties score only the band, the tied ones all pairs."""
     from transformers.pipelines.question_answering import select_starts_ends
 
+    import contract.decoding
+
+    square_rows = []
+    square_spans = contract.decoding._square_spans
+    monkeypatch.setattr(
+        contract.decoding, "_square_spans", lambda s, *a: square_rows.append(len(s)) or square_spans(s, *a)
+    )
     rng = np.random.default_rng(top_k)
-    windows, length, max_answer_len = 7, 6, 3
+    windows, length, max_answer_len = shape
     if logits == "random":
         start, end = rng.normal(size=(2, windows, length)).astype(np.float32)
     else:
@@ -341,6 +352,8 @@ def test_window_spans_equal_the_pipelines_window_by_window(top_k: int, logits: s
     p_mask[-2, 0] = True  # CLS masked: the pipeline still counts index 0 as allowed (its index-pair membership)
     p_mask[-1, 1:] = True  # nothing but CLS may be an answer
     spans, null_scores = select_window_spans(start, end, p_mask, top_k, max_answer_len)
+    if length == 384:  # every window but the CLS-only one scores the band unless its logits tie
+        assert sum(square_rows) == (windows if logits == "tied" else 1)
     for w in range(windows):
         starts, ends, scores, null = select_starts_ends(
             start[w][None], end[w][None], p_mask[w][None].astype(np.int64), None, 1e6, top_k, True, max_answer_len
