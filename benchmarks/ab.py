@@ -16,7 +16,9 @@ sentence a request, 3 rounds) gave 1.001x.
 bundle's tokenizer; one per request, 64 of them): a load long enough for the token budget to bind.
 
 ``--load`` picks one of the task's loads by name (``--task embeddings --load embeddings-32``: 32 sentences a
-request, past the prepare stage's inline limit); the default, its first, is one input a request.
+request, past the prepare stage's inline limit); the default, its first, is one input a request. The loads of
+``benchmarks.overload`` on the task's route are taken too (``--task squad --load qa-long``: a SQuAD question on a
+20-70 KB context).
 
 ``--protocol`` sends the same load in another protocol's shape to the same model: ``v2`` (Open Inference
 Protocol infer, any task), ``tei`` (``/embed`` for embeddings, ``/rerank`` for rerank); default: the task's
@@ -40,9 +42,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer
+
 from benchmarks import loadgen, servers
 from benchmarks.datasets import SCRATCH_DIR
 from benchmarks.loads import Load, bertserve_loads, bertserve_path
+from benchmarks.overload_loads import LOADS as OVERLOAD_LOADS
+from benchmarks.overload_loads import request_bodies
 from benchmarks.report import load_average, write_report
 
 log = logging.getLogger("benchmarks.ab")
@@ -177,13 +183,19 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def task_load(args: argparse.Namespace) -> Load:
-    """The task's load named ``--load`` (default: its first, e.g. embeddings-1 of embeddings-1 and embeddings-32)."""
+    """The task's load named ``--load`` (default: its first, e.g. embeddings-1 of embeddings-1 and embeddings-32), or
+    one of ``benchmarks.overload``'s on the task's route (``--task squad --load qa-long``: 20-70 KB contexts)."""
     loads = {load.name: load for load in bertserve_loads(args.task, args.name)}
     if args.load is None:
         return next(iter(loads.values()))
-    if args.load not in loads:
-        raise ValueError(f"--load {args.load}: the {args.task} loads are {', '.join(loads)}")
-    return loads[args.load]
+    if args.load in loads:
+        return loads[args.load]
+    long = OVERLOAD_LOADS.get(args.load)
+    if long is not None and long.path == bertserve_path(args.task):
+        bodies = request_bodies(long, args.name, Tokenizer.from_file(str(args.model_path / "tokenizer.json")))
+        return Load(long.name, bodies)
+    same_route = [name for name, spec in OVERLOAD_LOADS.items() if spec.path == bertserve_path(args.task)]
+    raise ValueError(f"--load {args.load}: the {args.task} loads are {', '.join([*loads, *same_route])}")
 
 
 def main(argv: list[str] | None = None) -> int:
