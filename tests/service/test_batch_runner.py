@@ -1,16 +1,20 @@
 """The batch runner over a real store, with a line call of the test's own in place of the routes: chunks answered
-ahead of the last commit, committed in order, and stopped by a cancel."""
+ahead of the last commit, committed in order, and stopped by a cancel; batches run only with the folder's lead, and
+a stop finishes the write under way before the lead passes on."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
+from service.batch.locks import RunnerLead
 from service.batch.records import CANCELLED, COMPLETED
-from service.batch.runner import CHUNKS_AHEAD, Answer, BatchRunner
+from service.batch.runner import CHUNKS_AHEAD, LEAD_POLL_S, Answer, BatchRunner
 from service.batch.store import BatchStore
 from service.core import ServiceCore
 from service.settings import Settings
@@ -122,3 +126,74 @@ def test_a_cancel_after_a_commit_stops_the_chunk_answered_ahead(tmp_path: Path) 
     assert (batch.status, batch.completed, batch.done_lines) == (CANCELLED, CHUNK, CHUNK)
     assert output_ids(store, batch_id) == [f"line-{k}" for k in range(CHUNK)]
     store.close()
+
+
+async def ready_core(core: ServiceCore) -> None:
+    await core.start()
+    async with asyncio.timeout(5):
+        while not core.ready:
+            await asyncio.sleep(0.01)
+
+
+def test_a_runner_runs_batches_only_with_the_lead_and_takes_it_over(tmp_path: Path) -> None:
+    """Another holder of the folder's lead (another process's runner) keeps this runner off the batch; a core that
+    is not ready (draining) never takes the lead; once the holder lets go, this runner takes over and finishes."""
+    store, core, batch_id = store_with_batch(tmp_path, 2 * CHUNK)
+    calls = HeldCalls()
+    other = RunnerLead(tmp_path)
+
+    async def main() -> None:
+        runner = BatchRunner(store, core, calls, busy=lambda: False)
+        runner.start()
+        await asyncio.sleep(0.3)
+        assert not store.lead.held  # not ready: no lead taken
+        assert other.take()
+        await ready_core(core)
+        await asyncio.sleep(LEAD_POLL_S + 0.3)
+        assert not store.lead.held and not calls.in_flight
+        other.release()
+        await calls.release_below(2 * CHUNK)
+        async with asyncio.timeout(10):
+            while store.batch(batch_id).status != COMPLETED:
+                await asyncio.sleep(0.01)
+        assert store.lead.held and RunnerLead(tmp_path).holder() == os.getpid()
+        await runner.stop()
+        await core.stop()
+
+    asyncio.run(main())
+    assert RunnerLead(tmp_path).take()  # stop let go of it
+
+
+def test_stop_lets_a_write_under_way_finish_before_the_lead_passes_on(tmp_path: Path) -> None:
+    store, core, batch_id = store_with_batch(tmp_path, 2 * CHUNK)
+    calls = HeldCalls()
+    entered, go = threading.Event(), threading.Event()
+    commit_chunk = store.commit_chunk
+
+    def slow_commit(*args: Any) -> Any:
+        entered.set()
+        go.wait(10)
+        return commit_chunk(*args)
+
+    store.commit_chunk = slow_commit  # type: ignore[method-assign]
+
+    async def main() -> None:
+        await ready_core(core)
+        runner = BatchRunner(store, core, calls, busy=lambda: False)
+        runner.start()
+        await calls.release_below(2 * CHUNK)
+        async with asyncio.timeout(5):
+            while not entered.is_set():
+                await asyncio.sleep(0.01)
+        stopping = asyncio.create_task(runner.stop())
+        await asyncio.sleep(0.2)
+        assert not stopping.done() and not RunnerLead(tmp_path).take()  # the write holds the lead
+        go.set()
+        await stopping
+        await core.stop()
+
+    asyncio.run(main())
+    reopened = BatchStore(tmp_path, store.settings)
+    assert reopened.batch(batch_id).done_lines >= CHUNK  # the chunk under way was committed
+    assert reopened.lead.take()
+    reopened.close()
