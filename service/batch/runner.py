@@ -142,7 +142,7 @@ class BatchRunner:
         while not (self.core.ready and self.store.lead.take()):
             if self.core.ready and not waiting:
                 holder = self.store.lead.holder()
-                logger.info("batch jobs run in process %s (pid); this one takes over if it ends", holder)
+                logger.info("batch jobs run in the process of pid %s; this one takes over if it ends", holder)
                 waiting = True
             await asyncio.sleep(LEAD_POLL_S if waiting else 0.1)
         logger.info("this process runs the batch jobs of %s", self.store.folder)
