@@ -125,16 +125,21 @@ class BatchRunner:
 
     async def _run(self) -> None:
         await self._take_lead()
-        while True:
-            batch = self.store.next_unfinished()
-            if batch is None:
-                await self._idle()
-                continue
-            try:
-                await self.run_batch(batch)
-            except (OSError, ValueError, sqlite3.Error, ServiceError) as exc:  # data folder or input unreadable
-                logger.exception("batch %s failed", batch.id)
-                self.store.fail(batch.id, "batch_failed", f"the batch could not be run: {type(exc).__name__}")
+        try:
+            while True:
+                batch = self.store.next_unfinished()
+                if batch is None:
+                    await self._idle()
+                    continue
+                try:
+                    await self.run_batch(batch)
+                except (OSError, ValueError, sqlite3.Error, ServiceError) as exc:  # data folder or input unreadable
+                    logger.exception("batch %s failed", batch.id)
+                    self.store.fail(batch.id, "batch_failed", f"the batch could not be run: {type(exc).__name__}")
+        except Exception:  # a bug stopped this runner (_log_stop says so): another process's may take over
+            await asyncio.gather(*self._writes, return_exceptions=True)
+            self.store.lead.release()
+            raise
 
     async def _take_lead(self) -> None:
         """Wait until this process is ready and holds the folder's lead (another process's runner may hold it)."""
@@ -300,4 +305,8 @@ async def _cancel_all(ahead: Ahead) -> None:
 
 def _log_stop(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        logger.critical("the batch runner stopped: no batch runs until a restart", exc_info=task.exception())
+        logger.critical(
+            "the batch runner stopped: no batch runs here until a restart (another serving process's runner, if any, "
+            "takes over)",
+            exc_info=task.exception(),
+        )

@@ -197,3 +197,28 @@ def test_stop_lets_a_write_under_way_finish_before_the_lead_passes_on(tmp_path: 
     assert reopened.batch(batch_id).done_lines >= CHUNK  # the chunk under way was committed
     assert reopened.lead.take()
     reopened.close()
+
+
+def test_a_runner_that_fails_lets_go_of_the_lead(tmp_path: Path) -> None:
+    """A bug that ends the runner's task leaves the folder's lead free for another process's runner."""
+    store, core, _ = store_with_batch(tmp_path, CHUNK)
+
+    def broken() -> None:
+        raise RuntimeError("a bug")
+
+    store.next_unfinished = broken  # type: ignore[assignment, method-assign]
+
+    async def main() -> None:
+        await ready_core(core)
+        runner = BatchRunner(store, core, HeldCalls(), busy=lambda: False)
+        runner.start()
+        assert runner._task is not None
+        async with asyncio.timeout(5):
+            while not runner._task.done():
+                await asyncio.sleep(0.01)
+        assert isinstance(runner._task.exception(), RuntimeError)
+        assert not store.lead.held and RunnerLead(tmp_path).take()
+        await core.stop()
+
+    asyncio.run(main())
+    store.close()
