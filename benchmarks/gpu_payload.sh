@@ -29,7 +29,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 ORT_WHEEL="onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_28_x86_64.whl"
 WHEELS=(fastapi starlette pydantic pydantic-core pydantic-settings python-dotenv annotated-types annotated-doc
         typing-inspection typing_extensions uvicorn fastapi-offline httptools opentelemetry-api importlib_metadata
-        orjson pyyaml fastavro httpx httpcore)
+        orjson pyyaml fastavro)
 PLATFORM=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
           --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 

@@ -250,8 +250,7 @@ class ConcurrencyLimitMiddleware:
     It sits inside ``BodyReadMiddleware``: a request is counted once its body is complete, so a client that is slow
     to send holds no permit. GET, HEAD and OPTIONS requests (health, metrics, the model list, docs) are neither
     counted nor refused. The permit (the core's, shared with the other transports) is held until the app has answered
-    (or failed). Requests over a serving process's private socket (another process of the service: a batch line
-    it hands on, a model loaded everywhere) take no permit: the permits are the clients'.
+    (or failed).
 
     Retry-After kept: a request sent on a connection before the Retry-After of that connection's last 429 has passed
     waits out the rest of it, holding no permit and no CPU, and is then answered 429 unread; the request after it is
@@ -271,9 +270,8 @@ class ConcurrencyLimitMiddleware:
         return self.permits.held
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        server = scope.get("server")
-        if scope["type"] != "http" or scope["method"] in BODILESS_METHODS or (server is not None and server[1] is None):
-            await self.app(scope, receive, send)  # the last: another serving process (service.processes), no client
+        if scope["type"] != "http" or scope["method"] in BODILESS_METHODS:
+            await self.app(scope, receive, send)
             return
         connection = _connection(scope) if self.enforce_retry_after else None
         if connection is not None:

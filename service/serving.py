@@ -81,7 +81,6 @@ def configure_logging(settings: Settings, process: int | None = None) -> None:
     """The log's level and format; ``process``: the index of one serving process of several, in every line."""
     named = "%(name)s" if process is None else f"%(name)s[{process}]"
     logging.basicConfig(level=settings.log_level.upper(), format=f"%(asctime)s %(levelname)s {named}: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per batch line handed to another process
     if settings.log_format == "json":
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JsonFormatter(process))

@@ -27,7 +27,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.batch_lines import BATCH_ROUTES, RouteCall, SpreadCall
+from service.api.batch_lines import BATCH_ROUTES, RouteCall
 from service.api.batch_schemas import BatchCreateRequest, BatchList, BatchObject, FileDeleted, FileList, FileObject
 from service.api.entry import header, route_path, send_error, send_json
 from service.api.error_docs import error_responses
@@ -79,8 +79,7 @@ def open_batch_jobs(core: ServiceCore) -> tuple[BatchRunner, CohereJobs] | None:
         return None
     store = BatchStore(core.settings.data_dir, core.settings)
     jobs = CohereJobs(store)
-    call = RouteCall(core) if core.siblings is None else SpreadCall(RouteCall(core), core.siblings)
-    runner = BatchRunner(store, core, call, finalizers={COHERE_EMBED_JOB: jobs.finalize})
+    runner = BatchRunner(store, core, RouteCall(core), finalizers={COHERE_EMBED_JOB: jobs.finalize})
     return runner, jobs
 
 

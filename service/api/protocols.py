@@ -8,7 +8,6 @@ from fastapi import APIRouter
 
 from service.api import (
     batch,
-    batch_lines,
     cohere,
     cohere_jobs,
     docs,
@@ -44,7 +43,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     models.router,
     *PROTOCOL_ROUTERS,
     batch.router,
-    batch_lines.router,
     cohere_jobs.router,
     repository.router,
     shared_memory.router,

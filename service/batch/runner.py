@@ -122,9 +122,6 @@ class BatchRunner:
                 await self._task
         await asyncio.gather(*self._writes, return_exceptions=True)
         self.store.close()
-        closing = getattr(self.call, "aclose", None)  # a call that holds connections (to other serving processes)
-        if closing is not None:
-            await closing()
 
     async def _run(self) -> None:
         await self._take_lead()

@@ -1,8 +1,7 @@
 """Batch jobs with ``--processes 2``: one data folder, shared by real serving processes (service/batch/locks.py).
 
 What could fail: a batch made through the process that does not run batches never starts (nothing woke the one that
-does), lines run in one process only, two runners answering one batch (lines twice), a batch stranded when the
-process running it dies or lines lost with the other one, a store
+does), two runners answering one batch (lines twice), a batch stranded when the process running it dies, a store
 that one process cannot see the other's files in, a signed part URL that only the signing process opens, an upload
 in progress removed by a process starting beside it.
 """
@@ -22,7 +21,6 @@ import httpx
 import openai
 import pytest
 
-from service.api.batch_lines import LINE_PATH
 from service.batch.locks import RunnerLead, remove_orphans, writing
 from tests.docker.servers import free_port
 from tests.service.test_batch_api import create_batch, entries, jsonl, request_line, wait_until_finished
@@ -80,16 +78,6 @@ def lines(count: int) -> dict[str, dict[str, str]]:
     return {f"line-{n}": {"inputs": f"sentence {n} was {'good' if n % 3 else 'not good at all'}"} for n in range(count)}
 
 
-def by_process(samples: dict, name: str, **labels: str) -> dict[str, float]:
-    """A metric's samples with ``labels``, summed by process."""
-    found: dict[str, float] = {}
-    for (sample, sample_labels), value in samples.items():
-        named = dict(sample_labels)
-        if sample == name and all(named.get(key) == wanted for key, wanted in labels.items()):
-            found[named["process"]] = found.get(named["process"], 0.0) + value
-    return found
-
-
 def completed(client: openai.OpenAI, batch_id: str) -> int:
     counts = client.batches.retrieve(batch_id).request_counts
     return 0 if counts is None else counts.completed
@@ -125,12 +113,6 @@ def test_a_batch_made_through_the_other_process_runs_once_in_the_runners(
     assert finished.status == "completed", finished
     assert time.monotonic() - started < 30
     assert finished.request_counts is not None and finished.request_counts.completed == len(bodies)
-    handed, tokens = (
-        by_process(scrape(port), "bertserve_requests_total", route=LINE_PATH),
-        by_process(scrape(port), "bertserve_real_tokens_total", model="clf"),
-    )
-    assert set(tokens) == {"0", "1"} and min(tokens.values()) > 0  # both processes ran the batch's lines
-    assert 0.4 * len(bodies) <= sum(handed.values()) <= 0.6 * len(bodies)  # half handed to the other in turn
     assert_answered_once_as_online(entries(public, finished.output_file_id), bodies, port)
     assert RunnerLead(data_dir).holder() == leader
 
@@ -153,29 +135,23 @@ def test_a_batch_made_through_the_other_process_runs_once_in_the_runners(
     assert "this one takes over if it ends" in output
 
 
-@pytest.mark.parametrize("killed", ["leader", "other"])
-def test_a_batch_survives_the_death_of_either_process(
-    batch_processes: tuple[subprocess.Popen[bytes], int, Path], killed: str
+def test_when_the_process_running_batches_dies_another_takes_over(
+    batch_processes: tuple[subprocess.Popen[bytes], int, Path],
 ) -> None:
-    """The process running the batch killed: another takes over; the other one killed: the lines it held are tried
-    again in turn, and it is replaced."""
     process, port, data_dir = batch_processes
     leader = RunnerLead(data_dir).holder()
     assert leader is not None
-    victim = leader if killed == "leader" else next(pid for pid in serving_children(process.pid) if pid != leader)
     bodies = lines(2000)
     content = jsonl([request_line(custom_id, body) for custom_id, body in bodies.items()])
     public = client_of(port)
     batch = create_batch(public, public.files.create(file=("in.jsonl", content), purpose="batch").id)
     wait_for(lambda: completed(public, batch.id) >= 80, 60, "the batch did not start")
 
-    os.kill(victim, signal.SIGKILL)
+    os.kill(leader, signal.SIGKILL)
     public = client_of(port)  # the connection to the dead process went with it
     finished = wait_until_finished(public, batch.id, timeout_s=180)
     assert finished.status == "completed", finished
-    assert RunnerLead(data_dir).holder() in set(serving_children(process.pid)) - {victim}
-    if killed == "other":
-        assert RunnerLead(data_dir).holder() == leader
+    assert RunnerLead(data_dir).holder() in set(serving_children(process.pid)) - {leader}
     assert_answered_once_as_online(entries(public, finished.output_file_id), bodies, port)
     wait_for(lambda: processes_in(scrape(port)) == {"0", "1"}, 90, "the dead process was not replaced")
 
