@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import shutil
 import statistics
 import sys
@@ -170,8 +171,9 @@ def markdown(report: dict[str, Any]) -> str:
     raw = report["raw"]
     lines = [
         "# Batch jobs on spare capacity (benchmarks.batch_capacity)", "",
-        f"Tree {report['tree']}; bundle `{report['bundle']}`; {os.cpu_count()} cores; load average at start "
-        f"{report['load_avg']['start']}, at end {report['load_avg']['end']}.", "",
+        f"Tree {report['tree']}; server args `{report.get('server_args') or '(defaults)'}`; bundle "
+        f"`{report['bundle']}`; {os.cpu_count()} cores; load average at start {report['load_avg']['start']}, at end "
+        f"{report['load_avg']['end']}.", "",
         "| figure | measured | target | met |", "| --- | ---: | ---: | --- |",
         f"| online p99 at c={report['concurrency']}, with a batch / without | {s['p99_with_batch_ms']:.1f} / "
         f"{s['p99_alone_ms']:.1f} ms = {s['p99_ratio']:.2f}x | <= {P99_TARGET}x | {'yes' if s['p99_met'] else 'no'} |",
@@ -233,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--idle-runs", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True, help="output prefix (.json and .md are added)")
+    parser.add_argument("--server-args", default="", help="extra flags for python -m service (--processes 2)")
+    parser.add_argument("--tree", type=Path, default=REPO_ROOT, help="the source tree whose service is measured")
     parser.add_argument(
         "--remeasure-raw", action="store_true",
         help="only measure the raw loop again into the report at --out (its first raw figures kept as raw_contended)",
@@ -254,8 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     port = servers.free_port()
     command = [sys.executable, "-m", "service", "--port", str(port), "--host", "127.0.0.1", "--log-level", "warning",
-               "--model", f"{MODEL}={bundle}", "--data-dir", str(SCRATCH / "data")]  # fmt: skip
-    with servers.running("batch-capacity", command, port, "/health/ready", SCRATCH / "logs") as server:
+               "--model", f"{MODEL}={bundle}", "--data-dir", str(SCRATCH / "data"),
+               *shlex.split(args.server_args)]  # fmt: skip
+    tree = args.tree.resolve()
+    with servers.running("batch-capacity", command, port, "/health/ready", SCRATCH / "logs", cwd=tree) as server:
         client = BatchClient(server.base_url)
         small_id, big_id = client.upload(small), client.upload(big)
         client.wait(client.create(client.upload(batch_file(dev, 256, SCRATCH / "warm.jsonl"))), ("completed",))
@@ -264,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.ab import revision
 
     report: dict[str, Any] = {
-        "tree": revision(REPO_ROOT), "bundle": str(bundle.relative_to(REPO_ROOT)), "concurrency": args.concurrency,
+        "tree": revision(tree), "server_args": args.server_args, "bundle": str(bundle.relative_to(REPO_ROOT)),
+        "concurrency": args.concurrency,
         "duration_s": args.duration, "batch_lines": args.lines, "big_batch_lines": args.big_lines, "raw": raw,
         "batch_idle": idle, "online": online, "load_avg": load_average(load_at_start),
     }  # fmt: skip
